@@ -1,0 +1,39 @@
+# Set-up and the two entry points. Everything goes into .venv; pinned versions
+# come from constraints.txt, which also pins torch so that pip never swaps it
+# for another build (a CPU machine gets the CPU wheel, a CUDA machine the
+# default CUDA wheel of the same version).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export MUJOCO_GL ?= egl
+export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
+
+.PHONY: setup demo test test-fast bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev]"
+	touch $(STAMP)
+
+demo: setup
+	$(VENV)/bin/embodied train configs/quickstart.yaml
+
+test: setup
+	$(PY) -m pytest -q tests
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow" tests
+
+bench: setup
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,bench]"
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) runs
