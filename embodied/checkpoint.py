@@ -1,0 +1,121 @@
+"""Checkpoints: the policy (save_pretrained layout), trainer state, JSON metadata.
+
+Layout of one checkpoint directory:
+  policy/config.json, policy/model.safetensors   the policy, loadable alone
+  trainer.safetensors                            every tensor of the trainer state
+  meta.json                                      config, iteration, env steps, and
+                                                 the non-tensor trainer state
+A checkpoint is written into a temporary directory and renamed into place, and
+`latest` (a one-line file) is replaced atomically afterwards: a run killed at any
+moment leaves either the previous checkpoint or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+
+class CheckpointError(ValueError):
+    """A missing or unreadable checkpoint; the message is one line."""
+
+
+def flatten_state(obj: Any, tensors: dict[str, torch.Tensor], prefix: str = "") -> Any:
+    """Move tensors and arrays of a nested structure into `tensors`; return JSON."""
+    if isinstance(obj, torch.Tensor):
+        tensors[prefix] = obj.detach().cpu().contiguous()
+        return {"__tensor__": prefix}
+    if isinstance(obj, np.ndarray):
+        tensors[prefix] = torch.from_numpy(np.ascontiguousarray(obj)).clone()
+        return {"__ndarray__": prefix}
+    if isinstance(obj, dict):
+        if not all(isinstance(k, (str, int)) for k in obj):
+            raise TypeError(f"{prefix}: state keys must be str or int")
+        return {"__dict__": [[k, flatten_state(v, tensors, f"{prefix}/{k}")] for k, v in obj.items()]}
+    if isinstance(obj, (list, tuple)):
+        return {"__list__": [flatten_state(v, tensors, f"{prefix}/{i}") for i, v in enumerate(obj)]}
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    raise TypeError(f"{prefix}: cannot store {type(obj).__name__} in a checkpoint")
+
+
+def unflatten_state(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    """Inverse of flatten_state."""
+    if isinstance(obj, dict):
+        if "__tensor__" in obj:
+            return tensors[obj["__tensor__"]]
+        if "__ndarray__" in obj:
+            return tensors[obj["__ndarray__"]].numpy()
+        if "__dict__" in obj:
+            return {k: unflatten_state(v, tensors) for k, v in obj["__dict__"]}
+        if "__list__" in obj:
+            return [unflatten_state(v, tensors) for v in obj["__list__"]]
+    return obj
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(ckpt_root: Path, name: str, policy: Any, trainer_state: dict[str, Any],
+                    meta: dict[str, Any]) -> Path:
+    """Write ckpt_root/name atomically and point ckpt_root/latest at it."""
+    ckpt_root = Path(ckpt_root)
+    ckpt_root.mkdir(parents=True, exist_ok=True)
+    final = ckpt_root / name
+    tmp = ckpt_root / f".{name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    policy.save_pretrained(tmp / "policy")
+    tensors: dict[str, torch.Tensor] = {}
+    meta = {**meta, "trainer_state": flatten_state(trainer_state, tensors, "trainer")}
+    save_file(tensors, str(tmp / "trainer.safetensors"))
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+    for f in tmp.rglob("*"):
+        if f.is_file():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+    if final.exists():
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    latest_tmp = ckpt_root / f".latest.tmp-{os.getpid()}"
+    latest_tmp.write_text(name + "\n")
+    os.replace(latest_tmp, ckpt_root / "latest")
+    _fsync_dir(ckpt_root)
+    return final
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A checkpoint directory from itself, a checkpoints/ folder or a run directory."""
+    path = Path(path)
+    for root in (path, path / "checkpoints"):
+        if (root / "latest").is_file():
+            return root / (root / "latest").read_text().strip()
+    if (path / "meta.json").is_file():
+        return path
+    raise CheckpointError(f"checkpoint not found: {path} (expected a checkpoint, checkpoints/ or run directory)")
+
+
+def load_checkpoint(path: str | Path) -> tuple[Path, dict[str, Any], dict[str, Any]]:
+    """Return (checkpoint dir, meta without trainer state, trainer state)."""
+    ckpt = resolve_checkpoint(path)
+    try:
+        meta = json.loads((ckpt / "meta.json").read_text())
+        tensors = load_file(str(ckpt / "trainer.safetensors"))
+    except (OSError, ValueError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{ckpt}: unreadable checkpoint ({type(e).__name__}: {str(e).splitlines()[0]})") from None
+    state = unflatten_state(meta.pop("trainer_state"), tensors)
+    return ckpt, meta, state

@@ -1,0 +1,135 @@
+"""`embodied` command line: train, eval, collect, list."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+def _find_config(name: str) -> Path:
+    """A config path, or the name of a file in configs/ (with or without .yaml)."""
+    path = Path(name)
+    if path.is_file():
+        return path
+    for cand in (CONFIG_DIR / name, CONFIG_DIR / f"{name}.yaml"):
+        if cand.is_file():
+            return cand
+    return path  # load_config reports it missing
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from embodied.config import load_config
+    from embodied.train import config_from_checkpoint, train
+
+    if args.resume:
+        cfg = config_from_checkpoint(args.resume, args.overrides)
+    elif args.config:
+        cfg = load_config(_find_config(args.config), args.overrides)
+    else:
+        raise UsageError("train needs a CONFIG or --resume RUN_DIR")
+    summary = train(cfg, resume=args.resume)
+    print(f"success rate before training: {summary['success_before']:.2f}")
+    print(f"success rate after training:  {summary.get('success_after', float('nan')):.2f}")
+    print(f"checkpoint:  {summary.get('checkpoint')}")
+    print(f"tensorboard: {summary['tensorboard']}  (tensorboard --logdir {summary['tensorboard']})")
+    if summary.get("video"):
+        print(f"video:       {summary['video']}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from embodied.checkpoint import resolve_checkpoint
+    from embodied.evaluate import evaluate
+    from embodied.train import build_env, config_from_checkpoint, eval_seeds
+    from policies.base import Policy
+
+    ckpt = resolve_checkpoint(args.checkpoint)
+    cfg = config_from_checkpoint(ckpt, args.overrides)
+    policy = Policy.from_pretrained(ckpt / "policy")
+    policy.eval()
+    episodes = args.episodes or cfg.train.eval_episodes
+    env = build_env(cfg.env, min(episodes, 64))
+    video = Path(args.video) if args.video else None
+    res = evaluate(policy, env, eval_seeds(episodes), video_path=video)
+    env.close()
+    print(json.dumps({"checkpoint": str(ckpt), "task": cfg.env.task, **res.as_dict(),
+                      "video": str(res.video) if res.video else None}, indent=1))
+    return 0
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    from embodied.collect import collect_demos
+
+    summary = collect_demos(args.task, args.episodes, args.out, seed=args.seed, obs_mode=args.obs_mode,
+                            image_size=args.image_size, num_envs=args.num_envs)
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from sims.registry import list_tasks
+
+    print("tasks:   " + ", ".join(list_tasks()))
+    print("configs: " + ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))))
+    return 0
+
+
+class UsageError(ValueError):
+    pass
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="embodied", description="RL for robot policies")
+    sub = p.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("train", help="train a policy with PPO")
+    t.add_argument("config", nargs="?", help="YAML config (path or name in configs/)")
+    t.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. ppo.lr=1e-3")
+    t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
+    t.set_defaults(fn=cmd_train)
+    e = sub.add_parser("eval", help="evaluate a checkpoint on fixed seeds")
+    e.add_argument("checkpoint", help="checkpoint, checkpoints/ or run directory")
+    e.add_argument("overrides", nargs="*", help="e.g. env.task=PushCube")
+    e.add_argument("--episodes", type=int, default=0)
+    e.add_argument("--video", help="write an mp4 of the first episodes here")
+    e.set_defaults(fn=cmd_eval)
+    c = sub.add_parser("collect", help="record scripted-expert demonstrations")
+    c.add_argument("task")
+    c.add_argument("--episodes", type=int, required=True)
+    c.add_argument("--out", required=True)
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--obs-mode", default="state", choices=["state", "rgb"])
+    c.add_argument("--image-size", type=int, default=64)
+    c.add_argument("--num-envs", type=int, default=0)
+    c.set_defaults(fn=cmd_collect)
+    ls = sub.add_parser("list", help="list tasks and configs")
+    ls.set_defaults(fn=cmd_list)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if getattr(args, "config", None) and "=" in args.config:  # `train --resume X key=value`
+        args.overrides.insert(0, args.config)
+        args.config = None
+    from embodied.checkpoint import CheckpointError
+    from embodied.config import ConfigError
+    from embodied.dataset import DatasetError
+    from policies.base import PolicyLoadError
+    from sims.vecenv import EnvError
+
+    try:
+        return args.fn(args)
+    except (ConfigError, EnvError, PolicyLoadError, CheckpointError, DatasetError, UsageError) as e:
+        print(f"embodied {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

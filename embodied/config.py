@@ -1,0 +1,180 @@
+"""Typed experiment configs: YAML files loaded into dataclasses, dotted overrides.
+
+A config file is a nested mapping whose sections match `ExperimentConfig`'s
+fields. `load_config(path, ["ppo.lr=1e-3", "env.num_envs=64"])` returns a fully
+typed, validated `ExperimentConfig`. Any unknown key or badly typed value raises
+`ConfigError` with one line naming the key and what is allowed; nothing is
+rewritten after loading.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A bad config key or value; the message is one line."""
+
+
+@dataclass
+class EnvConfig:
+    task: str = "PushCube"
+    num_envs: int = 128
+    obs_mode: Literal["state", "rgb"] = "state"
+    reward_mode: Literal["dense", "sparse"] = "dense"
+    image_size: int = 64
+    num_threads: int = 0  # physics threads; 0 = all cores
+
+
+@dataclass
+class PolicyConfig:
+    name: Literal["mlp", "cnn"] = "mlp"
+    obs_key: Literal["state", "privileged"] = "privileged"
+    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
+    activation: Literal["tanh", "elu", "relu"] = "tanh"
+    init_log_std: float = -0.5
+    normalize_obs: bool = True
+
+
+@dataclass
+class PPOConfig:
+    rollout_steps: int = 32  # T: env steps per env per iteration
+    epochs: int = 5
+    minibatches: int = 4
+    lr: float = 3e-4
+    critic_lr: float = 3e-4  # the value head's own learning rate
+    lr_schedule: Literal["constant", "adaptive"] = "adaptive"
+    desired_kl: float = 0.01  # for the adaptive schedule
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    dual_clip: float | None = 3.0
+    value_clip: float | None = 0.2
+    value_loss: Literal["huber", "mse"] = "huber"
+    huber_delta: float = 10.0
+    value_coef: float = 0.5
+    entropy_coef: float = 0.0
+    max_grad_norm: float = 1.0
+    target_kl: float | None = None  # stop the update epochs early above this
+    normalize_advantages: bool = True
+
+
+@dataclass
+class TrainConfig:
+    seed: int = 0
+    total_steps: int = 1_000_000  # env steps, summed over envs
+    run_dir: str = "runs/default"
+    eval_every: int = 10  # iterations; 0 disables periodic evaluation
+    eval_episodes: int = 64
+    video_episodes: int = 2
+    save_every: int = 10  # iterations
+    torch_threads: int = 0  # 0 = leave torch's default
+    device: str = "cpu"
+    progress: bool = True
+
+
+@dataclass
+class ExperimentConfig:
+    env: EnvConfig = field(default_factory=EnvConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+def load_config(path: str | Path | None, overrides: list[str] = ()) -> ExperimentConfig:
+    """Read a YAML file (or the defaults when path is None), apply key=value overrides."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    return config_from_dict(raw, overrides)
+
+
+def config_from_dict(raw: dict[str, Any], overrides: list[str] = ()) -> ExperimentConfig:
+    """Validate a nested mapping (e.g. a checkpoint's saved config) plus overrides."""
+    raw = copy.deepcopy(raw)
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r}: expected key=value, e.g. ppo.lr=1e-3")
+        _set_dotted(raw, key.strip(), yaml.safe_load(value))
+    return from_dict(ExperimentConfig, raw)
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
+    """Build dataclass `cls` from a mapping, checking every key and value type."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in data.items():
+        if key not in names:
+            raise ConfigError(f"unknown config key '{prefix}{key}'; allowed: {', '.join(names)}")
+        kwargs[key] = _coerce(hints[key], value, f"{prefix}{key}")
+    return cls(**kwargs)
+
+
+def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = raw
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"override '{key}': '{part}' is not a section")
+    node[parts[-1]] = value
+
+
+def _coerce(tp: Any, value: Any, key: str) -> Any:
+    """Check `value` against type `tp`; return it (ints widen to floats)."""
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value, key + ".")
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+        if value not in allowed:
+            raise ConfigError(f"{key}: {value!r} is not allowed; choose one of {', '.join(map(str, allowed))}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(inner[0], value, key)
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        return [_coerce(item_tp, v, f"{key}[{i}]") for i, v in enumerate(value)]
+    if tp is float and isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if tp is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if tp in (str, bool) and isinstance(value, tp):
+        return value
+    raise ConfigError(f"{key}: expected {getattr(tp, '__name__', tp)}, got {value!r}")

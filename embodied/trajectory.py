@@ -1,0 +1,61 @@
+"""The Trajectory: what a rollout produced, time-major [T, B, ...]."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Trajectory:
+    """T policy steps of B envs. One step executes a chunk of K actions.
+
+    obs:        dict of [T, B, ...] tensors (images stay uint8); the observation
+                each action was chosen from.
+    instructions: T lists of B strings (empty when the env gives none).
+    actions:    float32 [T, B, K, A] executed chunks.
+    log_probs:  float32 [T, B] log-prob of each chunk under the collecting policy.
+    values:     float32 [T, B] V(obs_t) (zeros for critic-free policies).
+    rewards:    float32 [T, B, K] per-substep rewards (0 on invalid substeps).
+    valid:      bool [T, B, K] the substep was executed.
+    terminated, truncated, success: bool [T, B], the episode ended (or
+                succeeded) somewhere inside the chunk of step t.
+    bootstrap:  float32 [T, B] V(final obs) where step t was truncated and not
+                terminated, else 0.
+    last_value: float32 [B] V(obs_T).
+    replay:     dict of [T, B, ...] tensors from Policy.act, for evaluate().
+    group_ids:  int64 [B] GRPO group of each env, or None.
+    """
+
+    obs: dict[str, torch.Tensor]
+    actions: torch.Tensor
+    log_probs: torch.Tensor
+    values: torch.Tensor
+    rewards: torch.Tensor
+    valid: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    success: torch.Tensor
+    bootstrap: torch.Tensor
+    last_value: torch.Tensor
+    replay: dict[str, torch.Tensor]
+    instructions: list[list[str]] = field(default_factory=list)
+    group_ids: torch.Tensor | None = None
+
+    @property
+    def num_steps(self) -> int:
+        return self.log_probs.shape[0]
+
+    @property
+    def num_envs(self) -> int:
+        return self.log_probs.shape[1]
+
+    @property
+    def chunk_rewards(self) -> torch.Tensor:
+        """float32 [T, B] reward of each chunk: the sum of its substeps' rewards."""
+        return self.rewards.sum(dim=-1)
+
+    @property
+    def dones(self) -> torch.Tensor:
+        return self.terminated | self.truncated

@@ -1,0 +1,32 @@
+"""mp4 writing with PyAV."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import av
+import numpy as np
+
+
+def write_mp4(path: str | Path, frames: np.ndarray, fps: float = 20.0) -> Path:
+    """Encode uint8 [N, H, W, 3] frames as H.264 (yuv420p); written atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frames = np.asarray(frames, dtype=np.uint8)
+    n, h, w, _ = frames.shape
+    pad_h, pad_w = h % 2, w % 2  # yuv420p needs even sizes
+    if pad_h or pad_w:
+        frames = np.pad(frames, ((0, 0), (0, pad_h), (0, pad_w), (0, 0)))
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with av.open(str(tmp), mode="w", format="mp4") as container:
+        stream = container.add_stream("libx264", rate=int(round(fps)))
+        stream.width, stream.height = frames.shape[2], frames.shape[1]
+        stream.pix_fmt = "yuv420p"
+        for frame in frames:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    os.replace(tmp, path)
+    return path

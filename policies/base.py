@@ -1,0 +1,124 @@
+"""The Policy contract: act with a replay record, evaluate it later, SFT loss.
+
+Shapes: B envs, K actions per chunk, A action width.
+
+`act(obs)` samples a chunk and returns everything needed to recompute its
+log-probability later (the replay record). `evaluate(obs, replay)` recomputes
+log-probability, entropy and value under the current weights: before any
+gradient step it reproduces act's log-probability up to float error, so the
+first PPO ratio is 1.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Iterator
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+
+class PolicyLoadError(ValueError):
+    """A checkpoint directory that cannot be loaded; the message is one line."""
+
+
+@dataclass
+class ActOutput:
+    actions: torch.Tensor  # float32 [B, K, A] the chunk to execute
+    log_prob: torch.Tensor  # float32 [B] log-prob of the chunk
+    value: torch.Tensor | None  # float32 [B], None without a critic
+    replay: dict[str, torch.Tensor]  # [B, ...] tensors that evaluate() needs
+
+
+@dataclass
+class Evaluation:
+    log_prob: torch.Tensor  # float32 [B]
+    entropy: torch.Tensor  # float32 [B]
+    value: torch.Tensor | None  # float32 [B]
+
+
+class Policy(nn.Module, abc.ABC):
+    """Base of every policy. Subclasses set `name` and a dataclass `config`."""
+
+    name: ClassVar[str]
+    chunk_size: int = 1
+    has_critic: bool = True
+
+    def __init__(self, config: Any):
+        super().__init__()
+        self.config = config
+
+    @abc.abstractmethod
+    def act(self, obs: dict[str, Any], deterministic: bool = False) -> ActOutput: ...
+
+    @abc.abstractmethod
+    def evaluate(self, obs: dict[str, Any], replay: dict[str, torch.Tensor]) -> Evaluation: ...
+
+    def get_value(self, obs: dict[str, Any]) -> torch.Tensor:
+        """float32 [B] V(obs)."""
+        raise NotImplementedError(f"{type(self).__name__} has no critic")
+
+    @abc.abstractmethod
+    def sft_loss(self, obs: dict[str, Any], actions: torch.Tensor) -> torch.Tensor:
+        """Scalar supervised loss for demonstrated chunks float32 [B, K, A]."""
+
+    def update_normalizer(self, obs: dict[str, Any]) -> None:
+        """Fold a batch of observations [..., D] into running statistics (if any)."""
+
+    def actor_parameters(self) -> Iterator[nn.Parameter]:
+        critic = {id(p) for p in self.critic_parameters()}
+        return (p for p in self.parameters() if id(p) not in critic)
+
+    def critic_parameters(self) -> Iterator[nn.Parameter]:
+        return iter(())
+
+    # -- Hugging Face style persistence ------------------------------------
+    def save_pretrained(self, path: str | Path) -> None:
+        """Write config.json and model.safetensors into directory `path`."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        meta = {"policy": self.name, "config": asdict(self.config)}
+        (path / "config.json").write_text(json.dumps(meta, indent=2))
+        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+        save_file(state, str(path / "model.safetensors"))
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, **config_overrides: Any) -> "Policy":
+        """Load a directory written by save_pretrained; never downloads."""
+        from policies.registry import policy_class  # late: the registry imports subclasses
+
+        path = Path(path)
+        cfg_file, weights = path / "config.json", path / "model.safetensors"
+        if not cfg_file.is_file() or not weights.is_file():
+            raise PolicyLoadError(f"{path}: not a policy directory (needs config.json and model.safetensors)")
+        meta = json.loads(cfg_file.read_text())
+        klass = policy_class(meta.get("policy", "?"))
+        if cls is not Policy and not issubclass(klass, cls):
+            raise PolicyLoadError(f"{path}: holds a '{klass.name}' policy, not a {cls.__name__}")
+        config = klass.config_class(**{**meta["config"], **config_overrides})
+        policy = klass(config)
+        load_weights(policy, load_file(str(weights)), str(path))
+        return policy
+
+
+def load_weights(module: nn.Module, state: dict[str, torch.Tensor], where: str) -> None:
+    """load_state_dict with a one-line error for missing, unexpected or mismatched weights."""
+    own = module.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    wrong = sorted(k for k in set(own) & set(state) if own[k].shape != state[k].shape)
+    if missing or unexpected or wrong:
+        parts = []
+        if missing:
+            parts.append(f"missing {missing[:3]}")
+        if unexpected:
+            parts.append(f"unexpected {unexpected[:3]}")
+        if wrong:
+            k = wrong[0]
+            parts.append(f"shape mismatch {k}: file {tuple(state[k].shape)} vs model {tuple(own[k].shape)}")
+        raise PolicyLoadError(f"{where}: weights do not match the model ({'; '.join(parts)})")
+    module.load_state_dict(state)
