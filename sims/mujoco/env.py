@@ -1,0 +1,338 @@
+"""MujocoVecEnv: B tabletop envs on one `mujoco.batch.Batch`, stepped on a thread pool.
+
+The step hot path is vectorised numpy over all envs: actions become actuator targets, the
+batch runs `substeps` physics steps per control step, and observations, rewards and
+success are computed from the state rows (qpos, qvel, ctrl, mocap_pos), which are current
+after each call. Finished envs are reset inside `step` (ManiSkill-style auto-reset).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Sequence
+
+import mujoco
+import numpy as np
+import torch
+from mujoco.batch import Batch
+
+from sims.mujoco import handles as hd
+from sims.mujoco.control import ACTION_DIM, apply_action
+from sims.mujoco.scene import COLOR_RGBA, build_model
+from sims.mujoco.seeding import parse_env_ids, parse_seeds, sample_seeded, stream_from
+from sims.mujoco.tasks.base import STATE_DIM, Task, state_obs
+from sims.vecenv import ChunkStepResult, EnvError, EnvSpec, Obs, Seed, StepResult, VecEnv, check_action
+
+OBS_MODES = ("state", "rgb")
+REWARD_MODES = ("dense", "sparse")
+CAMERAS = ("front", "wrist")
+_STAGE = mujoco.mjtStage
+
+
+def _one_of(field: str, value: Any, allowed: Sequence[str]) -> None:
+    if value not in allowed:
+        raise EnvError(f"{field}: unknown value {value!r}; allowed: {', '.join(allowed)}")
+
+
+def _size(field: str, value: Any) -> tuple[int, int]:
+    try:
+        h, w = (int(v) for v in value)
+    except (TypeError, ValueError):
+        raise EnvError(f"{field}: expected (H, W), got {value!r}") from None
+    if not (8 <= h <= 1024 and 8 <= w <= 1024):
+        raise EnvError(f"{field}: H and W must be in [8, 1024], got {(h, w)}")
+    return h, w
+
+
+class MujocoVecEnv(VecEnv):
+    """Batched tabletop manipulation env (see sims/mujoco/tasks for the tasks).
+
+    task: a Task instance. num_envs: B. obs_mode: "state" (no rendering) or "rgb" (adds
+    "rgb_<camera>" uint8 [B, H, W, 3] for each of `cameras`). reward_mode: "dense" (staged,
+    in [0, 1]) or "sparse" (1 on success). image_size: (H, W) of rgb observations.
+    render_size: (H, W) of `render()` frames. control_hz / timestep: control rate and physics
+    step; their ratio is the number of substeps. nthread: batch threads (default: CPUs).
+    seed: seeds the episode stream until the first seeded reset. max_episode_steps: override
+    the task's time limit.
+    """
+
+    def __init__(self, task: Task, num_envs: int, *, obs_mode: str = "state",
+                 reward_mode: str = "dense", image_size: Sequence[int] = (64, 64),
+                 cameras: Sequence[str] = ("front",), render_size: Sequence[int] = (128, 128),
+                 control_hz: float = 20.0, timestep: float = 0.005, nthread: int | None = None,
+                 seed: int | None = None, max_episode_steps: int | None = None,
+                 device: str | torch.device = "cpu"):
+        _one_of("obs_mode", obs_mode, OBS_MODES)
+        _one_of("reward_mode", reward_mode, REWARD_MODES)
+        for cam in cameras:
+            _one_of("cameras", cam, CAMERAS)
+        if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+            raise EnvError(f"num_envs: expected a positive int, got {num_envs!r}")
+        substeps = round(1.0 / (control_hz * timestep)) if control_hz > 0 and timestep > 0 else 0
+        if substeps < 1 or abs(substeps * timestep * control_hz - 1.0) > 1e-6:
+            raise EnvError(f"control_hz/timestep: 1/(control_hz*timestep) must be a positive "
+                           f"integer, got control_hz={control_hz}, timestep={timestep}")
+        self.image_size = _size("image_size", image_size)
+        self.render_size = _size("render_size", render_size)
+        self.task = task
+        self.obs_mode, self.reward_mode = obs_mode, reward_mode
+        self.cameras = tuple(cameras) if obs_mode == "rgb" else ()
+        self.substeps = int(substeps)
+        self.device = torch.device(device)
+        steps = int(max_episode_steps or task.max_episode_steps)
+        self.spec = EnvSpec(task=task.name, num_envs=int(num_envs), action_dim=ACTION_DIM,
+                            state_dim=STATE_DIM, privileged_dim=task.privileged_dim,
+                            max_episode_steps=steps, control_hz=float(control_hz),
+                            cameras=self.cameras, image_size=self.image_size)
+        scene = dataclasses.replace(task.scene, timestep=timestep, image_size=self.image_size)
+        self.model = build_model(scene)
+        if nthread is None:
+            nthread = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
+        self._batch = Batch(self.model, int(num_envs), int(nthread))
+        self._qpos, self._qvel = self._batch.bind("qpos"), self._batch.bind("qvel")
+        self._ctrl, self._mocap = self._batch.bind("ctrl"), self._batch.bind("mocap_pos")
+        self._h = hd.Handles.from_model(self.model)
+        self._renderer = None
+        self._elapsed = np.zeros(num_envs, np.int64)
+        self._instr: list[str] = [""] * int(num_envs)
+        self._ep: dict[str, np.ndarray] = {}
+        self._rng = np.random.default_rng(seed)
+        self._seeded = False
+        self.reset()
+
+    # ------------------------------------------------------------------ reading the sims
+    def _read(self, rows: np.ndarray | None = None) -> hd.SimView:
+        return hd.read(self._h, self._qpos, self._qvel, self._ctrl, self._mocap, rows)
+
+    def _ep_rows(self, rows: np.ndarray | None) -> dict[str, np.ndarray]:
+        return self._ep if rows is None else {k: v[rows] for k, v in self._ep.items()}
+
+    def _obs_np(self, s: hd.SimView, ev: dict[str, np.ndarray],
+                rows: np.ndarray | None) -> dict[str, np.ndarray]:
+        """Numpy observations of rows (None: all): state, privileged, rgb_<cam>."""
+        out = {"state": state_obs(s), "privileged": self.task.privileged(s, self._ep_rows(rows), ev)}
+        if self.cameras:
+            ids = np.arange(self.num_envs) if rows is None else rows
+            for cam in self.cameras:
+                out[f"rgb_{cam}"] = self._render_np(ids, cam, self.image_size)
+        return out
+
+    def _wrap(self, obs: dict[str, np.ndarray], instr: list[str]) -> Obs:
+        out: Obs = {k: torch.from_numpy(v).to(self.device) for k, v in obs.items()}
+        out["instruction"] = instr
+        return out
+
+    def _observe_rows(self, obs: dict[str, np.ndarray], rows: np.ndarray) -> None:
+        """Overwrite rows of obs (numpy, all B) with those envs' current observations."""
+        s = self._read(rows)
+        ev = self.task.evaluate(s, self._ep_rows(rows))
+        for k, v in self._obs_np(s, ev, rows).items():
+            obs[k][rows] = v
+
+    # ------------------------------------------------------------------ reset
+    def _reset_rows(self, ids: np.ndarray, ep: dict[str, np.ndarray]) -> None:
+        """Start new episodes in envs ids (sorted int64 [n]) from episode variables [n, ...]."""
+        h, qpos, ctrl = self._h, self._qpos, self._ctrl
+        ids32 = ids.astype(np.int32)
+        self._batch.reset(ids32, stage=_STAGE.mjSTAGE_NONE)
+        qpos[ids[:, None], h.tcp_qpos] = ep["tcp"]
+        ctrl[ids, 0:3] = ep["tcp"]
+        for f in h.finger_qpos:
+            qpos[ids, f] = ep["gap"] / 2
+        ctrl[ids, 3] = ep["gap"]
+        if h.cube_qpos >= 0:
+            qpos[ids, h.cube_qpos:h.cube_qpos + 3] = ep["cube_pos"]
+            qpos[ids, h.cube_qpos + 3:h.cube_qpos + 7] = ep["cube_quat"]
+        if h.target_mocap >= 0:
+            self._mocap[ids, h.target_mocap] = ep["target"]
+        if h.goal_mocap >= 0:
+            self._mocap[ids, h.goal_mocap] = ep["goal"]
+        self._batch.forward(ids32, stage=_STAGE.mjSTAGE_VEL)
+        self._elapsed[ids] = 0
+        for k, v in ep.items():
+            if k not in self._ep:
+                self._ep[k] = np.zeros((self.num_envs, *v.shape[1:]), v.dtype)
+            self._ep[k][ids] = v
+        for j, i in enumerate(ids):
+            self._instr[i] = self.task.instruction(ep, j)
+
+    def reset(self, seed: Seed = None, env_ids: torch.Tensor | None = None) -> tuple[Obs, dict]:
+        ids = parse_env_ids(env_ids, self.num_envs)
+        if seed is None:
+            ep = self.task.sample_episode(self._rng, len(ids))
+        else:
+            seeds = parse_seeds(seed, len(ids))
+            ep = sample_seeded(self.task.sample_episode, seeds)
+            if not self._seeded:
+                self._rng, self._seeded = stream_from(seeds), True
+        if len(ids):
+            order = np.argsort(ids, kind="stable")
+            self._reset_rows(ids[order], {k: v[order] for k, v in ep.items()})
+        s = self._read()
+        obs = self._obs_np(s, self.task.evaluate(s, self._ep), None)
+        return self._wrap(obs, list(self._instr)), {}
+
+    # ------------------------------------------------------------------ stepping
+    def _actions(self, action: torch.Tensor) -> np.ndarray:
+        a = action.detach().to("cpu", torch.float64).numpy()
+        return np.clip(a, -1.0, 1.0)
+
+    def _advance(self, a: np.ndarray, ids: np.ndarray | None):
+        """One control step of envs ids (None: all) with actions a [n, 4].
+
+        Returns (SimView, evaluation, reward f32 [n], terminated [n], truncated [n]).
+        """
+        h = self._h
+        if ids is None:
+            apply_action(a, self._qpos[:, h.tcp_qpos], self._ctrl)
+            self._batch.step(None, self.substeps)
+            self._elapsed += 1
+            elapsed = self._elapsed
+        else:
+            ctrl = self._ctrl[ids]
+            apply_action(a, self._qpos[ids[:, None], h.tcp_qpos], ctrl)
+            self._ctrl[ids] = ctrl
+            self._batch.step(ids.astype(np.int32), self.substeps)
+            self._elapsed[ids] += 1
+            elapsed = self._elapsed[ids]
+        s = self._read(ids)
+        ev = self.task.evaluate(s, self._ep_rows(ids))
+        if self.reward_mode == "dense":
+            reward = self.task.dense_reward(s, self._ep_rows(ids), ev).astype(np.float32)
+        else:
+            reward = ev["success"].astype(np.float32)
+        term = ev["success"] | ev["fail"]
+        trunc = (elapsed >= self.spec.max_episode_steps) & ~term
+        return s, ev, reward, term, trunc
+
+    def _auto_reset(self, obs: dict[str, np.ndarray], done_ids: np.ndarray) -> None:
+        """Reset envs done_ids from the batch stream and write their first obs into obs."""
+        self._reset_rows(done_ids, self.task.sample_episode(self._rng, len(done_ids)))
+        self._observe_rows(obs, done_ids)
+
+    def step(self, action: torch.Tensor) -> StepResult:
+        check_action(action, self.spec)
+        s, ev, reward, term, trunc = self._advance(self._actions(action), None)
+        obs = self._obs_np(s, ev, None)
+        instr = list(self._instr)
+        info = {k: torch.from_numpy(np.asarray(v)) for k, v in ev.items()}
+        done = term | trunc
+        final = None
+        if done.any():
+            final = self._wrap(obs, instr)
+            obs = {k: v.copy() for k, v in obs.items()}
+            self._auto_reset(obs, np.flatnonzero(done))
+            instr = list(self._instr)
+        return StepResult(obs=self._wrap(obs, instr), reward=torch.from_numpy(reward),
+                          terminated=torch.from_numpy(term), truncated=torch.from_numpy(trunc),
+                          info=info, final_obs=final)
+
+    def chunk_step(self, actions: torch.Tensor) -> ChunkStepResult:
+        check_action(actions, self.spec, chunk=True)
+        a = self._actions(actions)
+        B, K = a.shape[:2]
+        reward = np.zeros((B, K), np.float32)
+        term, trunc, valid = (np.zeros((B, K), bool) for _ in range(3))
+        info: dict[str, np.ndarray] = {}
+        active = np.ones(B, bool)
+        finished: list[tuple[np.ndarray, dict[str, np.ndarray], list[str]]] = []
+        for k in range(K):
+            ids = None if active.all() else np.flatnonzero(active)
+            if ids is not None and len(ids) == 0:
+                break
+            s, ev, r, te, tr = self._advance(a[:, k] if ids is None else a[ids, k], ids)
+            rows = slice(None) if ids is None else ids
+            valid[rows, k], reward[rows, k], term[rows, k], trunc[rows, k] = True, r, te, tr
+            for name, v in ev.items():
+                info.setdefault(name, np.zeros((B, K), np.asarray(v).dtype))[rows, k] = v
+            d = np.flatnonzero(te | tr)
+            if len(d):
+                fin = d if ids is None else ids[d]
+                sub = self._read(fin)
+                obs_fin = self._obs_np(sub, self.task.evaluate(sub, self._ep_rows(fin)), fin)
+                finished.append((fin, obs_fin, [self._instr[i] for i in fin]))
+                active[fin] = False
+        s = self._read()
+        obs = self._obs_np(s, self.task.evaluate(s, self._ep), None)
+        instr = list(self._instr)
+        final = None
+        if finished:
+            final_np = {k: v.copy() for k, v in obs.items()}
+            final_instr = list(instr)
+            for fin, rows_obs, rows_instr in finished:
+                for key, v in rows_obs.items():
+                    final_np[key][fin] = v
+                for i, text in zip(fin, rows_instr):
+                    final_instr[i] = text
+            final = self._wrap(final_np, final_instr)
+            self._auto_reset(obs, np.flatnonzero(~active))
+            instr = list(self._instr)
+        t = torch.from_numpy
+        return ChunkStepResult(obs=self._wrap(obs, instr), reward=t(reward), terminated=t(term),
+                               truncated=t(trunc), info={k: t(v) for k, v in info.items()},
+                               valid=t(valid), final_obs=final)
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "task": self.spec.task,
+            "num_envs": self.num_envs,
+            "physics": self._batch.state.copy(),
+            "elapsed_steps": self._elapsed.copy(),
+            "instructions": list(self._instr),
+            "rng_state": json.dumps(self._rng.bit_generator.state),
+            "rng_seeded": int(self._seeded),
+        }
+        for k, v in self._ep.items():
+            state[f"episode.{k}"] = v.copy()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("task") != self.spec.task or int(state.get("num_envs", -1)) != self.num_envs:
+            raise EnvError(f"state_dict: saved for {state.get('task')} x {state.get('num_envs')}, "
+                           f"this env is {self.spec.task} x {self.num_envs}")
+        physics = np.asarray(state["physics"], np.float64)
+        if physics.shape != self._batch.state.shape:
+            raise EnvError(f"state_dict: physics has shape {physics.shape}, "
+                           f"expected {self._batch.state.shape}")
+        self._batch.state[:] = physics
+        self._batch.forward(None, stage=_STAGE.mjSTAGE_VEL)
+        self._elapsed[:] = np.asarray(state["elapsed_steps"], np.int64)
+        self._instr = [str(x) for x in state["instructions"]]
+        for key, v in state.items():
+            if key.startswith("episode."):
+                self._ep[key[len("episode."):]] = np.array(v)
+        rng = np.random.default_rng()
+        rng.bit_generator.state = json.loads(state["rng_state"])
+        self._rng, self._seeded = rng, bool(int(state["rng_seeded"]))
+
+    # ------------------------------------------------------------------ rendering
+    def _colors(self, ids: np.ndarray) -> dict[int, np.ndarray]:
+        h, out = self._h, {}
+        if h.cube_geom >= 0 and "cube_color" in self._ep:
+            out[h.cube_geom] = COLOR_RGBA[self._ep["cube_color"][ids]]
+        if h.target_geom >= 0 and "target_color" in self._ep:
+            out[h.target_geom] = COLOR_RGBA[self._ep["target_color"][ids]]
+        return out
+
+    def _render_np(self, ids: np.ndarray, camera: str, size: tuple[int, int]) -> np.ndarray:
+        if self._renderer is None:
+            from sims.mujoco.render import BatchRenderer
+
+            self._renderer = BatchRenderer(self.model)
+        cam = self._renderer.camera_id(camera)
+        return self._renderer.render(self._batch, ids, cam, size, self._colors(ids))
+
+    def render(self, env_ids: Sequence[int] | None = None, camera: str | None = None) -> torch.Tensor:
+        """uint8 [n, H, W, 3] frames at render_size of envs env_ids (default all)."""
+        camera = camera or (self.cameras[0] if self.cameras else "front")
+        _one_of("camera", camera, CAMERAS)
+        ids = parse_env_ids(env_ids, self.num_envs)
+        return torch.from_numpy(self._render_np(ids, camera, self.render_size))
+
+    def close(self) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None

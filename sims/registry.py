@@ -1,0 +1,41 @@
+"""Task registry: make_env(task, num_envs, **kwargs), list_tasks(), expert_for(task)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from sims.vecenv import EnvError, VecEnv
+
+
+def _tasks() -> dict[str, type]:
+    from sims.mujoco.tasks.push_cube import PushCube
+
+    return {cls.name: cls for cls in (PushCube,)}
+
+
+def list_tasks() -> list[str]:
+    """Names of the registered tasks."""
+    return sorted(_tasks())
+
+
+def _task_cls(task: str) -> type:
+    tasks = _tasks()
+    if task not in tasks:
+        raise EnvError(f"task: unknown task {task!r}; allowed: {', '.join(sorted(tasks))}")
+    return tasks[task]
+
+
+def make_env(task: str, num_envs: int, **kwargs: Any) -> VecEnv:
+    """A MujocoVecEnv of `task` with num_envs envs; kwargs go to MujocoVecEnv (obs_mode,
+    reward_mode, image_size, cameras, render_size, control_hz, timestep, nthread, seed,
+    max_episode_steps, device)."""
+    from sims.mujoco.env import MujocoVecEnv
+
+    return MujocoVecEnv(_task_cls(task)(), num_envs, **kwargs)
+
+
+def expert_for(task: str) -> Callable[[np.ndarray], np.ndarray]:
+    """The task's scripted expert: privileged obs float [B, P] -> actions float32 [B, 4]."""
+    return _task_cls(task).expert
