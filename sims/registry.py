@@ -10,9 +10,12 @@ from sims.vecenv import EnvError, VecEnv
 
 
 def _tasks() -> dict[str, type]:
+    from sims.mujoco.tasks.pick_cube import PickCube
+    from sims.mujoco.tasks.place_cube import PlaceCube
     from sims.mujoco.tasks.push_cube import PushCube
+    from sims.mujoco.tasks.reach import Reach
 
-    return {cls.name: cls for cls in (PushCube,)}
+    return {cls.name: cls for cls in (Reach, PushCube, PickCube, PlaceCube)}
 
 
 def list_tasks() -> list[str]:

@@ -80,7 +80,7 @@ def _gripper_xml() -> str:
         fingers.append(f"""
       <body name="finger_{side}" pos="0 0 {FINGER_Z:g}" gravcomp="1">
         <joint name="finger_{side}" type="slide" axis="{sign:g} 0 0" range="0 {FINGER_MAX:g}"
-               armature="0.05" damping="2"/>
+               armature="0.1" damping="15"/>
         <geom name="finger_{side}" type="box" class="pad" pos="{sign * fx:g} 0 0"
               size="{_fmt(fx, fy, fz)}" mass="0.02" rgba="0.25 0.25 0.28 1"/>
       </body>""")

@@ -21,7 +21,6 @@ from sims.mujoco.handles import SimView
 from sims.mujoco.scene import (
     COLOR_NAMES,
     CUBE_HALF,
-    FINGER_HALF,
     TABLE_HALF,
     SceneOptions,
 )
@@ -66,20 +65,6 @@ def state_obs(s: SimView) -> np.ndarray:
     out[:, 7] = s.gap_vel
     out[:, 8] = s.grip_cmd
     return out
-
-
-def is_grasped(s: SimView) -> np.ndarray:
-    """bool [n]: the cube is held between the closing fingers (geometric test, no contacts)."""
-    rel = s.cube - s.tcp
-    width = 2 * CUBE_HALF
-    return (
-        (s.grip_cmd > 0.0)
-        & (s.gap > width - 0.008)
-        & (s.gap < width + 0.012)
-        & (np.abs(rel[:, 0]) < 0.012)
-        & (np.abs(rel[:, 1]) < FINGER_HALF[1] + 0.006)
-        & (np.abs(rel[:, 2]) < 0.02)
-    )
 
 
 def off_table(p: np.ndarray) -> np.ndarray:

@@ -1,0 +1,54 @@
+"""Reach: move the gripper's TCP to a randomised point shown by a floating marker sphere.
+
+Success: TCP within 2.5 cm of the goal. No failure. 50 control steps.
+Dense reward: 1 - tanh(10 * distance), 1 on success.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sims.mujoco.control import expert_action
+from sims.mujoco.handles import SimView
+from sims.mujoco.scene import SceneOptions
+from sims.mujoco.tasks.base import REACH_LAYOUT, REACH_PRIV_DIM, Episode, Task, shaped, state_obs
+
+SUCCESS_RADIUS = 0.025
+
+
+class Reach(Task):
+    name = "Reach"
+    max_episode_steps = 50
+    privileged_dim = REACH_PRIV_DIM
+    layout = REACH_LAYOUT
+    scene = SceneOptions(cube=False, markers=("sphere",))
+
+    def sample_episode(self, rng: np.random.Generator, n: int) -> Episode:
+        tcp = np.stack([rng.uniform(-0.05, 0.05, n), rng.uniform(-0.05, 0.05, n),
+                        rng.uniform(0.12, 0.18, n)], axis=1)
+        goal = np.stack([rng.uniform(-0.15, 0.15, n), rng.uniform(-0.15, 0.15, n),
+                         rng.uniform(0.04, 0.25, n)], axis=1)
+        return {"tcp": tcp, "gap": np.full(n, 0.09), "goal": goal}
+
+    def instruction(self, ep: Episode, i: int) -> str:
+        return "move the gripper to the target"
+
+    def evaluate(self, s: SimView, ep: Episode) -> dict[str, np.ndarray]:
+        dist = np.linalg.norm(s.goal - s.tcp, axis=1)
+        return {"success": dist < SUCCESS_RADIUS, "fail": np.zeros(len(dist), bool),
+                "dist_to_goal": dist}
+
+    def dense_reward(self, s: SimView, ep: Episode, ev: dict[str, np.ndarray]) -> np.ndarray:
+        return np.where(ev["success"], 1.0, shaped(ev["dist_to_goal"]))
+
+    def privileged(self, s: SimView, ep: Episode, ev: dict[str, np.ndarray]) -> np.ndarray:
+        out = np.empty((len(s.tcp), REACH_PRIV_DIM), np.float32)
+        out[:, :9] = state_obs(s)
+        out[:, 9:12] = s.goal
+        out[:, 12:15] = s.goal - s.tcp
+        return out
+
+    @staticmethod
+    def expert(priv: np.ndarray) -> np.ndarray:
+        """Straight line to the goal at full speed, gripper open."""
+        return expert_action(priv[:, REACH_LAYOUT["goal_minus_tcp"]], -1.0)
