@@ -32,7 +32,7 @@ def _task_cls(task: str) -> type:
 
 def make_env(task: str, num_envs: int, **kwargs: Any) -> VecEnv:
     """A MujocoVecEnv of `task` with num_envs envs; kwargs go to MujocoVecEnv (obs_mode,
-    reward_mode, image_size, cameras, render_size, control_hz, timestep, nthread, seed,
+    reward_mode, image_size, cameras, render_size, control_hz, timestep, num_threads, seed,
     max_episode_steps, device)."""
     from sims.mujoco.env import MujocoVecEnv
 

@@ -37,6 +37,8 @@ def _one_of(field: str, value: Any, allowed: Sequence[str]) -> None:
 
 
 def _size(field: str, value: Any) -> tuple[int, int]:
+    if isinstance(value, (int, np.integer)):
+        value = (value, value)
     try:
         h, w = (int(v) for v in value)
     except (TypeError, ValueError):
@@ -51,9 +53,9 @@ class MujocoVecEnv(VecEnv):
 
     task: a Task instance. num_envs: B. obs_mode: "state" (no rendering) or "rgb" (adds
     "rgb_<camera>" uint8 [B, H, W, 3] for each of `cameras`). reward_mode: "dense" (staged,
-    in [0, 1]) or "sparse" (1 on success). image_size: (H, W) of rgb observations.
+    in [0, 1]) or "sparse" (1 on success). image_size: (H, W) or an int, of rgb observations.
     render_size: (H, W) of `render()` frames. control_hz / timestep: control rate and physics
-    step; their ratio is the number of substeps. nthread: batch threads (default: CPUs).
+    step; their ratio is the number of substeps. num_threads: batch threads (0: all CPUs).
     seed: seeds the episode stream until the first seeded reset. max_episode_steps: override
     the task's time limit.
     """
@@ -61,7 +63,7 @@ class MujocoVecEnv(VecEnv):
     def __init__(self, task: Task, num_envs: int, *, obs_mode: str = "state",
                  reward_mode: str = "dense", image_size: Sequence[int] = (64, 64),
                  cameras: Sequence[str] = ("front",), render_size: Sequence[int] = (128, 128),
-                 control_hz: float = 20.0, timestep: float = 0.005, nthread: int | None = None,
+                 control_hz: float = 20.0, timestep: float = 0.005, num_threads: int = 0,
                  seed: int | None = None, max_episode_steps: int | None = None,
                  device: str | torch.device = "cpu"):
         _one_of("obs_mode", obs_mode, OBS_MODES)
@@ -88,9 +90,9 @@ class MujocoVecEnv(VecEnv):
                             cameras=self.cameras, image_size=self.image_size)
         scene = dataclasses.replace(task.scene, timestep=timestep, image_size=self.image_size)
         self.model = build_model(scene)
-        if nthread is None:
-            nthread = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
-        self._batch = Batch(self.model, int(num_envs), int(nthread))
+        if not num_threads:
+            num_threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
+        self._batch = Batch(self.model, int(num_envs), int(num_threads))
         self._qpos, self._qvel = self._batch.bind("qpos"), self._batch.bind("qvel")
         self._ctrl, self._mocap = self._batch.bind("ctrl"), self._batch.bind("mocap_pos")
         self._h = hd.Handles.from_model(self.model)

@@ -1,0 +1,260 @@
+"""The VecEnv contract for every MuJoCo task: shapes, auto-reset, seeding, determinism,
+chunks, checkpoints, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from sims.registry import expert_for, list_tasks, make_env
+from sims.vecenv import EnvError
+
+TASKS = list_tasks()
+
+
+def _actions(n: int, steps: int, seed: int = 0) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.rand(n, 4, generator=g) * 2 - 1 for _ in range(steps)]
+
+
+def _assert_obs_equal(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        if k == "instruction":
+            assert a[k] == b[k]
+        else:
+            assert torch.equal(a[k], b[k]), k
+
+
+def test_tasks_registered():
+    assert set(TASKS) == {"Reach", "PushCube", "PickCube", "PlaceCube"}
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_state_obs_shapes(task):
+    env = make_env(task, 4)
+    obs, info = env.reset(seed=0)
+    spec = env.spec
+    assert spec.action_dim == 4 and spec.num_envs == 4 and spec.cameras == ()
+    assert set(obs) == {"state", "privileged", "instruction"}
+    assert obs["state"].shape == (4, spec.state_dim) and obs["state"].dtype == torch.float32
+    assert obs["privileged"].shape == (4, spec.privileged_dim)
+    assert obs["privileged"].dtype == torch.float32
+    assert isinstance(obs["instruction"], list) and len(obs["instruction"]) == 4
+    assert all(isinstance(s, str) and s for s in obs["instruction"])
+    # privileged starts with the proprioceptive state
+    assert torch.equal(obs["privileged"][:, : spec.state_dim], obs["state"])
+    r = env.step(torch.zeros(4, 4))
+    assert r.reward.shape == (4,) and r.reward.dtype == torch.float32
+    assert r.terminated.dtype == torch.bool and r.truncated.dtype == torch.bool
+    assert r.info["success"].shape == (4,) and r.info["success"].dtype == torch.bool
+    assert ((r.reward >= 0) & (r.reward <= 1)).all()
+    env.close()
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_rgb_obs(task):
+    env = make_env(task, 3, obs_mode="rgb", cameras=("front", "wrist"), image_size=(48, 64))
+    obs, _ = env.reset(seed=[0, 1, 2])
+    assert env.spec.cameras == ("front", "wrist") and env.spec.image_size == (48, 64)
+    for cam in ("front", "wrist"):
+        img = obs[f"rgb_{cam}"]
+        assert img.shape == (3, 48, 64, 3) and img.dtype == torch.uint8
+        assert img.float().std() > 5  # not a blank frame
+    r = env.step(torch.zeros(3, 4))
+    assert r.obs["rgb_front"].shape == (3, 48, 64, 3)
+    frames = env.render([0, 2], camera="front")
+    assert frames.shape == (2, 128, 128, 3) and frames.dtype == torch.uint8
+    env.close()
+
+
+def test_rgb_shows_per_env_colours():
+    env = make_env("PushCube", 2, obs_mode="rgb", image_size=(64, 64))
+    obs, _ = env.reset(seed=[5, 5])
+    assert torch.equal(obs["rgb_front"][0], obs["rgb_front"][1])  # same seed, same picture
+    for s in range(1, 50):  # a second seed with another colour pair
+        obs, _ = env.reset(seed=[0, s])
+        if obs["instruction"][0] != obs["instruction"][1]:
+            break
+    assert obs["instruction"][0] != obs["instruction"][1]
+    assert not torch.equal(obs["rgb_front"][0], obs["rgb_front"][1])
+    env.close()
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_truncation_and_auto_reset(task):
+    env = make_env(task, 4, max_episode_steps=3)
+    obs, _ = env.reset(seed=0)
+    hold = torch.zeros(4, 4)
+    hold[:, 3] = -1.0 if task != "PushCube" else 1.0
+    for t in range(3):
+        prev = obs
+        r = env.step(hold)
+        obs = r.obs
+        if t < 2:
+            assert not r.done.any() and r.final_obs is None
+    assert r.truncated.all() and not r.terminated.any() and not r.info["success"].any()
+    assert r.final_obs is not None
+    # final_obs continues the finished episode; obs starts a new one (with a new instruction list)
+    tcp_final, tcp_prev = r.final_obs["state"][:, :3], prev["state"][:, :3]
+    assert (tcp_final - tcp_prev).abs().max() < 0.01
+    assert not torch.equal(r.final_obs["privileged"], r.obs["privileged"])
+    assert len(r.final_obs["instruction"]) == 4
+    # the new episode runs its full length again
+    for _ in range(2):
+        assert not env.step(hold).done.any()
+    assert env.step(hold).truncated.all()
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_success_terminates_and_final_obs(task):
+    env = make_env(task, 8)
+    obs, _ = env.reset(seed=100)
+    expert = expert_for(task)
+    for _ in range(env.spec.max_episode_steps):
+        r = env.step(torch.from_numpy(expert(obs["privileged"].numpy())))
+        if r.done.any():
+            break
+        obs = r.obs
+    done = r.done
+    assert done.any() and r.final_obs is not None
+    assert torch.equal(r.terminated[done], r.info["success"][done])
+    assert not r.truncated[r.terminated].any()
+    keep = ~done
+    assert torch.equal(r.final_obs["privileged"][keep], r.obs["privileged"][keep])
+    assert not torch.equal(r.final_obs["privileged"][done], r.obs["privileged"][done])
+
+
+def test_failure_terminates():
+    env = make_env("PushCube", 2)
+    env.reset(seed=0)
+    cube = env._h.cube_qpos
+    env._qpos[1, cube:cube + 2] = (0.5, 0.0)  # beyond the table's edge
+    r = env.step(torch.zeros(2, 4))
+    assert r.terminated.tolist() == [False, True]
+    assert r.info["fail"].tolist() == [False, True] and not r.info["success"].any()
+    assert r.final_obs["privileged"][1, 9].item() == pytest.approx(0.5, abs=0.01)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_seeding(task):
+    a = make_env(task, 4)
+    obs_a, _ = a.reset(seed=[7, 3, 7, 9])
+    pa = obs_a["privileged"]
+    assert torch.equal(pa[0], pa[2]) and not torch.equal(pa[0], pa[1])
+    assert obs_a["instruction"][0] == obs_a["instruction"][2]
+    b = make_env(task, 2)
+    obs_b, _ = b.reset(seed=7)  # env 0 gets 7, env 1 gets 8
+    assert torch.equal(obs_b["privileged"][0], pa[0])
+    obs_c, _ = a.reset(seed=7, env_ids=torch.tensor([3, 1]))  # env 3 gets 7, env 1 gets 8
+    assert torch.equal(obs_c["privileged"][3], pa[0])
+    assert torch.equal(obs_c["privileged"][1], obs_b["privileged"][1])
+    assert torch.equal(obs_c["privileged"][0], pa[0])  # untouched rows keep their state
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_determinism(task):
+    envs = [make_env(task, 6, max_episode_steps=4) for _ in range(2)]
+    obs = [e.reset(seed=11)[0] for e in envs]
+    _assert_obs_equal(*obs)
+    for a in _actions(6, 10):  # spans auto-resets drawn from the batch stream
+        r0, r1 = (e.step(a) for e in envs)
+        _assert_obs_equal(r0.obs, r1.obs)
+        assert torch.equal(r0.reward, r1.reward)
+
+
+@pytest.mark.parametrize("task", ["PushCube", "PickCube"])
+def test_chunk_step(task):
+    env = make_env(task, 3, max_episode_steps=3)
+    env.reset(seed=0)
+    env.step(torch.zeros(3, 4))
+    env.reset(seed=5, env_ids=torch.tensor([0]))  # env 0 has 3 steps left, envs 1, 2 two
+    r = env.chunk_step(torch.zeros(3, 4, 4))
+    assert r.valid.tolist() == [[True, True, True, False], [True, True, False, False],
+                                [True, True, False, False]]
+    assert r.truncated.tolist() == [[False, False, True, False], [False, True, False, False],
+                                    [False, True, False, False]]
+    assert (r.reward[~r.valid] == 0).all() and r.info["success"].shape == (3, 4)
+    assert r.done.all() and r.final_obs is not None
+    assert r.obs["privileged"].shape == (3, env.spec.privileged_dim)
+    # the new episodes start fresh: 3 more steps each
+    assert env.chunk_step(torch.zeros(3, 2, 4)).valid.all()
+
+
+@pytest.mark.parametrize("task", ["Reach", "PlaceCube"])
+def test_chunk_equals_steps(task):
+    envs = [make_env(task, 4) for _ in range(2)]
+    for e in envs:
+        e.reset(seed=3)
+    acts = torch.stack(_actions(4, 3, seed=1), dim=1)  # [B, K, A]
+    rc = envs[0].chunk_step(acts)
+    rs = [envs[1].step(acts[:, k]) for k in range(3)]
+    _assert_obs_equal(rc.obs, rs[-1].obs)
+    assert torch.equal(rc.reward, torch.stack([r.reward for r in rs], dim=1))
+
+
+def _through_storage(state: dict, tmp_path) -> dict:
+    """Store like a trainer would: arrays to safetensors, the rest to JSON; load back."""
+    from safetensors.numpy import load_file, save_file
+
+    arrays = {k: v for k, v in state.items() if isinstance(v, np.ndarray)}
+    plain = {k: v for k, v in state.items() if k not in arrays}
+    assert all(isinstance(v, (int, str, list)) for v in plain.values())
+    save_file(arrays, str(tmp_path / "env.safetensors"))
+    (tmp_path / "env.json").write_text(json.dumps(plain))
+    return {**load_file(str(tmp_path / "env.safetensors")),
+            **json.loads((tmp_path / "env.json").read_text())}
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_state_dict_round_trip(task, tmp_path):
+    a = make_env(task, 5, max_episode_steps=4)
+    a.reset(seed=21)
+    acts = _actions(5, 14, seed=2)
+    for act in acts[:3]:
+        a.step(act)
+    state = _through_storage(a.state_dict(), tmp_path)
+    b = make_env(task, 5, max_episode_steps=4)
+    b.reset(seed=999)
+    b.load_state_dict(state)
+    for act in acts[3:]:
+        ra, rb = a.step(act), b.step(act)
+        _assert_obs_equal(ra.obs, rb.obs)
+        assert torch.equal(ra.reward, rb.reward) and torch.equal(ra.done, rb.done)
+
+
+def _one_line_error(fn, *words):
+    with pytest.raises(EnvError) as err:
+        fn()
+    msg = str(err.value)
+    assert "\n" not in msg and all(w in msg for w in words), msg
+
+
+def test_bad_input():
+    env = make_env("PushCube", 2)
+    _one_line_error(lambda: env.step(torch.zeros(2, 3)), "action", "shape")
+    _one_line_error(lambda: env.step(torch.zeros(3, 4)), "action", "shape")
+    nan = torch.zeros(2, 4)
+    nan[1, 2] = float("nan")
+    _one_line_error(lambda: env.step(nan), "NaN", "[1]")
+    _one_line_error(lambda: env.chunk_step(torch.zeros(2, 4)), "action", "shape")
+    _one_line_error(lambda: make_env("Stack", 2), "Stack", "PushCube", "Reach")
+    _one_line_error(lambda: make_env("Reach", 2, obs_mode="depth"), "obs_mode", "rgb")
+    _one_line_error(lambda: make_env("Reach", 2, reward_mode="shaped"), "reward_mode", "sparse")
+    _one_line_error(lambda: env.reset(env_ids=torch.tensor([0, 2])), "env_ids")
+    _one_line_error(lambda: env.reset(seed=[1, 2, 3]), "seed")
+    # actions outside [-1, 1] are clipped, not rejected
+    env.step(torch.full((2, 4), 5.0))
+
+
+def test_sparse_reward():
+    env = make_env("Reach", 4, reward_mode="sparse")
+    obs, _ = env.reset(seed=0)
+    expert = expert_for("Reach")
+    for _ in range(20):
+        r = env.step(torch.from_numpy(expert(obs["privileged"].numpy())))
+        assert torch.equal(r.reward, r.info["success"].float())
+        obs = r.obs
