@@ -122,7 +122,9 @@ class MujocoVecEnv(VecEnv):
         return out
 
     def _wrap(self, obs: dict[str, np.ndarray], instr: list[str]) -> Obs:
-        out: Obs = {k: torch.from_numpy(v).to(self.device) for k, v in obs.items()}
+        out: Obs = {k: torch.from_numpy(v) for k, v in obs.items()}
+        if self.device.type != "cpu":
+            out = {k: v.to(self.device) for k, v in out.items()}
         out["instruction"] = instr
         return out
 
@@ -177,8 +179,14 @@ class MujocoVecEnv(VecEnv):
         return self._wrap(obs, list(self._instr)), {}
 
     # ------------------------------------------------------------------ stepping
-    def _actions(self, action: torch.Tensor) -> np.ndarray:
-        a = action.detach().to("cpu", torch.float64).numpy()
+    def _actions(self, action: torch.Tensor, chunk: bool = False) -> np.ndarray:
+        """Checked actions as float64 numpy, clipped to [-1, 1]; EnvError on bad input."""
+        ok = (isinstance(action, torch.Tensor) and action.is_floating_point()
+              and action.dim() == (3 if chunk else 2) and action.shape[0] == self.num_envs
+              and action.shape[-1] == ACTION_DIM)
+        a = action.detach().to("cpu", torch.float64).numpy() if ok else None
+        if a is None or not np.isfinite(a).all():
+            check_action(action, self.spec, chunk=chunk)  # raises with the contract's message
         return np.clip(a, -1.0, 1.0)
 
     def _advance(self, a: np.ndarray, ids: np.ndarray | None):
@@ -215,7 +223,6 @@ class MujocoVecEnv(VecEnv):
         self._observe_rows(obs, done_ids)
 
     def step(self, action: torch.Tensor) -> StepResult:
-        check_action(action, self.spec)
         s, ev, reward, term, trunc = self._advance(self._actions(action), None)
         obs = self._obs_np(s, ev, None)
         instr = list(self._instr)
@@ -232,8 +239,7 @@ class MujocoVecEnv(VecEnv):
                           info=info, final_obs=final)
 
     def chunk_step(self, actions: torch.Tensor) -> ChunkStepResult:
-        check_action(actions, self.spec, chunk=True)
-        a = self._actions(actions)
+        a = self._actions(actions, chunk=True)
         B, K = a.shape[:2]
         reward = np.zeros((B, K), np.float32)
         term, trunc, valid = (np.zeros((B, K), bool) for _ in range(3))

@@ -154,10 +154,10 @@ def build_mjcf(opts: SceneOptions) -> str:
   <worldbody>
     <light name="top" pos="0 0 1.5" dir="0 0 -1" directional="true" castshadow="false"
            diffuse="0.4 0.4 0.4"/>
-    <geom name="table" type="plane" size="{_fmt(tx, ty, 0.01)}" rgba="0.62 0.5 0.38 1"/>
-    <geom name="table_body" type="box" class="visual" pos="0 0 -0.026"
-          size="{_fmt(tx, ty, 0.025)}" rgba="0.5 0.4 0.3 1"/>
-    <geom name="floor" type="plane" class="visual" pos="0 0 -0.75" size="2 2 0.01"
+    <geom name="table" type="plane" size="{_fmt(tx, ty, 0.01)}" group="3"/>
+    <geom name="table_top" type="box" class="visual" pos="0 0 -0.025"
+          size="{_fmt(tx, ty, 0.025)}" rgba="0.62 0.5 0.38 1"/>
+    <geom name="floor" type="box" class="visual" pos="0 0 -0.76" size="1.5 1.5 0.01"
           rgba="0.3 0.32 0.35 1"/>{cameras}{_gripper_xml()}{cube}{markers}
   </worldbody>
   <contact>
