@@ -79,7 +79,7 @@ class PPOLearner:
                                  ("entropy", ev.entropy.mean()), ("approx_kl", st.approx_kl),
                                  ("clip_fraction", st.clip_fraction), ("ratio", st.ratio_mean),
                                  ("grad_norm", grad_norm)):
-                    sums[key] = sums.get(key, 0.0) + float(val)
+                    sums[key] = sums.get(key, 0.0) + float(val.detach() if torch.is_tensor(val) else val)
                 count += 1
                 if cfg.target_kl is not None and st.approx_kl.item() > 1.5 * cfg.target_kl:
                     stop = True
