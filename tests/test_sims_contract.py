@@ -51,7 +51,7 @@ def test_state_obs_shapes(task):
     assert r.reward.shape == (4,) and r.reward.dtype == torch.float32
     assert r.terminated.dtype == torch.bool and r.truncated.dtype == torch.bool
     assert r.info["success"].shape == (4,) and r.info["success"].dtype == torch.bool
-    assert ((r.reward >= 0) & (r.reward <= 1)).all()
+    assert ((r.reward >= -1) & (r.reward <= 2)).all()
     env.close()
 
 
@@ -248,6 +248,33 @@ def test_bad_input():
     _one_line_error(lambda: env.reset(seed=[1, 2, 3]), "seed")
     # actions outside [-1, 1] are clipped, not rejected
     env.step(torch.full((2, 4), 5.0))
+
+
+@pytest.mark.parametrize("task", ["PushCube", "PlaceCube"])
+def test_reward_modes(task):
+    """staged = progress P in [0, 1] (1 on success); dense = P(s') - P(s) + 1[success]."""
+    envs = {m: make_env(task, 16, reward_mode=m) for m in ("dense", "staged", "sparse")}
+    obs = {m: e.reset(seed=4)[0] for m, e in envs.items()}
+    expert = expert_for(task)
+    live = torch.ones(16, dtype=torch.bool)  # still in the first episode
+    prev_staged = None
+    for _ in range(envs["dense"].spec.max_episode_steps):
+        act = torch.from_numpy(expert(obs["dense"]["privileged"].numpy()))
+        r = {m: e.step(act) for m, e in envs.items()}
+        st, de, sp = r["staged"], r["dense"], r["sparse"]
+        succ = de.info["success"]
+        assert ((st.reward >= 0) & (st.reward <= 1)).all()
+        assert (st.reward[succ] == 1).all() and (de.reward[succ] > 0.5).all()
+        assert torch.equal(sp.reward, succ.float())
+        if prev_staged is not None:
+            check = live & ~succ
+            assert torch.allclose(de.reward[check], (st.reward - prev_staged)[check], atol=1e-6)
+        prev_staged = st.reward
+        live &= ~de.done
+        obs = {m: x.obs for m, x in r.items()}
+        if not live.any():
+            break
+    assert not live.any()
 
 
 def test_sparse_reward():

@@ -26,7 +26,8 @@ from sims.mujoco.tasks.base import STATE_DIM, Task, state_obs
 from sims.vecenv import ChunkStepResult, EnvError, EnvSpec, Obs, Seed, StepResult, VecEnv, check_action
 
 OBS_MODES = ("state", "rgb")
-REWARD_MODES = ("dense", "sparse")
+REWARD_MODES = ("dense", "sparse", "staged")
+SUCCESS_BONUS = 1.0
 CAMERAS = ("front", "wrist")
 _STAGE = mujoco.mjtStage
 
@@ -52,8 +53,9 @@ class MujocoVecEnv(VecEnv):
     """Batched tabletop manipulation env (see sims/mujoco/tasks for the tasks).
 
     task: a Task instance. num_envs: B. obs_mode: "state" (no rendering) or "rgb" (adds
-    "rgb_<camera>" uint8 [B, H, W, 3] for each of `cameras`). reward_mode: "dense" (staged,
-    in [0, 1]) or "sparse" (1 on success). image_size: (H, W) or an int, of rgb observations.
+    "rgb_<camera>" uint8 [B, H, W, 3] for each of `cameras`). reward_mode: "dense" (progress
+    made this step plus 1 on success), "sparse" (1 on success) or "staged" (progress in [0, 1],
+    1 on success); see tasks/base.py. image_size: (H, W) or an int, of rgb observations.
     render_size: (H, W) of `render()` frames. control_hz / timestep: control rate and physics
     step; their ratio is the number of substeps. num_threads: batch threads (0: all CPUs).
     seed: seeds the episode stream until the first seeded reset. max_episode_steps: override
@@ -98,6 +100,7 @@ class MujocoVecEnv(VecEnv):
         self._h = hd.Handles.from_model(self.model)
         self._renderer = None
         self._elapsed = np.zeros(num_envs, np.int64)
+        self._progress = np.zeros(num_envs)  # task progress at the current state
         self._instr: list[str] = [""] * int(num_envs)
         self._ep: dict[str, np.ndarray] = {}
         self._rng = np.random.default_rng(seed)
@@ -127,6 +130,12 @@ class MujocoVecEnv(VecEnv):
             out = {k: v.to(self.device) for k, v in out.items()}
         out["instruction"] = instr
         return out
+
+    def _update_progress(self, rows: np.ndarray | None) -> None:
+        """Recompute the task progress of rows (None: all) from their current state."""
+        s, ep = self._read(rows), self._ep_rows(rows)
+        self._progress[slice(None) if rows is None else rows] = self.task.progress(
+            s, ep, self.task.evaluate(s, ep))
 
     def _observe_rows(self, obs: dict[str, np.ndarray], rows: np.ndarray) -> None:
         """Overwrite rows of obs (numpy, all B) with those envs' current observations."""
@@ -159,6 +168,7 @@ class MujocoVecEnv(VecEnv):
             if k not in self._ep:
                 self._ep[k] = np.zeros((self.num_envs, *v.shape[1:]), v.dtype)
             self._ep[k][ids] = v
+        self._update_progress(ids)
         for j, i in enumerate(ids):
             self._instr[i] = self.task.instruction(ep, j)
 
@@ -208,11 +218,18 @@ class MujocoVecEnv(VecEnv):
             self._elapsed[ids] += 1
             elapsed = self._elapsed[ids]
         s = self._read(ids)
-        ev = self.task.evaluate(s, self._ep_rows(ids))
+        ep = self._ep_rows(ids)
+        ev = self.task.evaluate(s, ep)
+        progress = self.task.progress(s, ep, ev)
+        rows = slice(None) if ids is None else ids
         if self.reward_mode == "dense":
-            reward = self.task.dense_reward(s, self._ep_rows(ids), ev).astype(np.float32)
+            reward = progress - self._progress[rows] + SUCCESS_BONUS * ev["success"]
+        elif self.reward_mode == "staged":
+            reward = np.where(ev["success"], 1.0, progress)
         else:
-            reward = ev["success"].astype(np.float32)
+            reward = ev["success"]
+        self._progress[rows] = progress
+        reward = reward.astype(np.float32)
         term = ev["success"] | ev["fail"]
         trunc = (elapsed >= self.spec.max_episode_steps) & ~term
         return s, ev, reward, term, trunc
@@ -315,6 +332,7 @@ class MujocoVecEnv(VecEnv):
         rng = np.random.default_rng()
         rng.bit_generator.state = json.loads(state["rng_state"])
         self._rng, self._seeded = rng, bool(int(state["rng_seeded"]))
+        self._update_progress(None)
 
     # ------------------------------------------------------------------ rendering
     def _colors(self, ids: np.ndarray) -> dict[int, np.ndarray]:

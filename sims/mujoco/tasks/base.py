@@ -2,8 +2,16 @@
 
 A task says what is on the table (`scene`), how an episode is randomised
 (`sample_episode`), what the language instruction is, when it succeeds or fails
-(`evaluate`) and its dense reward (`dense_reward`). The env does the rest. Every hook is
-vectorised over envs: arrays have leading dim n (the envs concerned).
+(`evaluate`) and how far along an episode is (`progress`, a staged ManiSkill-like score in
+[0, 1]). The env does the rest. Every hook is vectorised over envs: arrays have leading dim n
+(the envs concerned).
+
+Rewards made from progress P and success (reward_mode):
+  "dense":  P(s_t+1) - P(s_t) + 1[success]  (potential-based shaping plus a success bonus: a
+            policy gains nothing by hovering short of success, whatever its discount)
+  "staged": P(s_t+1), or 1 on success (ManiSkill's normalised dense reward; with episodes that
+            end on success and a discount near 1 it pays to hover just short of success)
+  "sparse": 1[success]
 
 Observation layout (float32):
   state [9]:       tcp xyz, tcp velocity xyz, finger gap, gap velocity, gripper command
@@ -132,8 +140,8 @@ class Task(abc.ABC):
         """"success" and "fail" bool [n], plus float metrics [n] (reported in info)."""
 
     @abc.abstractmethod
-    def dense_reward(self, s: SimView, ep: Episode, ev: dict[str, np.ndarray]) -> np.ndarray:
-        """float [n] staged reward in [0, 1]; 1 on success."""
+    def progress(self, s: SimView, ep: Episode, ev: dict[str, np.ndarray]) -> np.ndarray:
+        """float [n] staged progress in [0, 1] (a function of the current state only)."""
 
     @abc.abstractmethod
     def privileged(self, s: SimView, ep: Episode, ev: dict[str, np.ndarray]) -> np.ndarray:

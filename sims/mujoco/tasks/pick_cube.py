@@ -2,8 +2,8 @@
 
 Success: cube centre within 2.5 cm of the goal while grasped. Failure: the cube leaves the
 table. 75 control steps.
-Dense reward (in [0, 1], 1 on success): (reach + grasped + 2 * goal * grasped) / 4, where reach
-rewards the TCP's closeness to the cube and goal the cube's closeness to the goal point.
+Progress (in [0, 1], see base.py for the rewards made of it): (reach + grasped + 2 * goal *
+grasped) / 4, where reach rewards the TCP's closeness to the cube and goal the cube's closeness to the goal point.
 """
 
 from __future__ import annotations
@@ -60,11 +60,10 @@ class PickCube(Task):
         return {"success": (dist < SUCCESS_RADIUS) & grasped, "fail": off_table(s.cube),
                 "grasped": grasped, "dist_to_goal": dist}
 
-    def dense_reward(self, s: SimView, ep: Episode, ev: dict[str, np.ndarray]) -> np.ndarray:
+    def progress(self, s: SimView, ep: Episode, ev: dict[str, np.ndarray]) -> np.ndarray:
         g = ev["grasped"].astype(np.float64)
         reach = shaped(np.linalg.norm(s.cube - s.tcp, axis=1))
-        r = (reach + g + 2.0 * g * shaped(ev["dist_to_goal"])) / 4.0
-        return np.where(ev["success"], 1.0, r)
+        return (reach + g + 2.0 * g * shaped(ev["dist_to_goal"])) / 4.0
 
     def privileged(self, s: SimView, ep: Episode, ev: dict[str, np.ndarray]) -> np.ndarray:
         return cube_privileged(s, s.goal, ev["grasped"])

@@ -2,7 +2,7 @@
 
 Success: the cube rests on the square (centre within 2.5 cm in xy, on the table, slow) and
 has been released (fingers apart). Failure: the cube leaves the table. 100 control steps.
-Dense reward (in [0, 1], 1 on success), staged: reach the cube, grasp it, bring it to its
+Progress (in [0, 1], see base.py for the rewards made of it), staged: reach the cube, grasp it, bring it to its
 resting pose on the square, open the gripper once it is there.
 """
 
@@ -78,15 +78,14 @@ class PlaceCube(Task):
                 "grasped": grasped, "placed": placed,
                 "dist_to_goal": np.linalg.norm(s.cube - _rest(s.target), axis=1)}
 
-    def dense_reward(self, s: SimView, ep: Episode, ev: dict[str, np.ndarray]) -> np.ndarray:
+    def progress(self, s: SimView, ep: Episode, ev: dict[str, np.ndarray]) -> np.ndarray:
         placed = ev["placed"]
         g = ev["grasped"]
         reach = np.where(placed, 1.0, shaped(np.linalg.norm(s.cube - s.tcp, axis=1)))
         grasp = (g | placed).astype(np.float64)
         place = shaped(ev["dist_to_goal"]) * grasp
         release = placed * np.clip(s.gap / (2 * FINGER_MAX), 0.0, 1.0)
-        r = (reach + grasp + 2.0 * place + release) / 5.0
-        return np.where(ev["success"], 1.0, r)
+        return (reach + grasp + 2.0 * place + release) / 5.0
 
     def privileged(self, s: SimView, ep: Episode, ev: dict[str, np.ndarray]) -> np.ndarray:
         return cube_privileged(s, _rest(s.target), ev["grasped"])

@@ -2,7 +2,8 @@
 
 Success: cube centre within 2.5 cm of the square's centre in xy, cube on the table.
 Failure: the cube leaves the table. 50 control steps.
-Dense reward (in [0, 1], 1 on success): (reach + 2 * place) / 3, where reach rewards the
+Progress (in [0, 1], see base.py for the rewards made of it): (reach + 2 * place) / 3, where
+reach rewards the
 pushing finger's outer face being just behind the cube on the line to the target, at cube
 height, and place rewards the cube's closeness to the target.
 """
@@ -72,15 +73,14 @@ class PushCube(Task):
         return {"success": (dist < SUCCESS_RADIUS) & on_table, "fail": off_table(s.cube),
                 "dist_to_goal": dist}
 
-    def dense_reward(self, s: SimView, ep: Episode, ev: dict[str, np.ndarray]) -> np.ndarray:
+    def progress(self, s: SimView, ep: Episode, ev: dict[str, np.ndarray]) -> np.ndarray:
         u = _unit_xy(s.target - s.cube)
         behind = s.cube[:, :2] - u * (CUBE_HALF + 0.005)
         pusher = s.tcp[:, :2].copy()
         pusher[:, 0] += s.gap / 2 + FINGER_THICK  # outer face of the +x finger
         d_xy = np.linalg.norm(pusher - behind, axis=1)
         d_reach = np.sqrt(d_xy**2 + (s.tcp[:, 2] - s.cube[:, 2]) ** 2)
-        r = (shaped(d_reach) + 2.0 * shaped(ev["dist_to_goal"])) / 3.0
-        return np.where(ev["success"], 1.0, r)
+        return (shaped(d_reach) + 2.0 * shaped(ev["dist_to_goal"])) / 3.0
 
     def privileged(self, s: SimView, ep: Episode, ev: dict[str, np.ndarray]) -> np.ndarray:
         goal = s.target.copy()

@@ -1,7 +1,7 @@
 """Reach: move the gripper's TCP to a randomised point shown by a floating marker sphere.
 
 Success: TCP within 2.5 cm of the goal. No failure. 50 control steps.
-Dense reward: 1 - tanh(10 * distance), 1 on success.
+Progress (see base.py for the rewards made of it): 1 - tanh(10 * distance).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ class Reach(Task):
         return {"success": dist < SUCCESS_RADIUS, "fail": np.zeros(len(dist), bool),
                 "dist_to_goal": dist}
 
-    def dense_reward(self, s: SimView, ep: Episode, ev: dict[str, np.ndarray]) -> np.ndarray:
-        return np.where(ev["success"], 1.0, shaped(ev["dist_to_goal"]))
+    def progress(self, s: SimView, ep: Episode, ev: dict[str, np.ndarray]) -> np.ndarray:
+        return shaped(ev["dist_to_goal"])
 
     def privileged(self, s: SimView, ep: Episode, ev: dict[str, np.ndarray]) -> np.ndarray:
         out = np.empty((len(s.tcp), REACH_PRIV_DIM), np.float32)
