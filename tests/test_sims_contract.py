@@ -166,6 +166,14 @@ def test_determinism(task):
         assert torch.equal(r0.reward, r1.reward)
 
 
+def test_thread_count_does_not_change_results():
+    envs = [make_env("PickCube", 5, num_threads=n) for n in (1, 2)]
+    obs = [e.reset(seed=8)[0] for e in envs]
+    for a in _actions(5, 6, seed=4):
+        obs = [e.step(a).obs for e in envs]
+    _assert_obs_equal(*obs)
+
+
 @pytest.mark.parametrize("task", ["PushCube", "PickCube"])
 def test_chunk_step(task):
     env = make_env(task, 3, max_episode_steps=3)
