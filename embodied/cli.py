@@ -30,10 +30,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if args.resume:
         cfg = config_from_checkpoint(args.resume, args.overrides)
-    elif args.config:
-        cfg = load_config(_find_config(args.config), args.overrides)
-    else:
-        raise UsageError("train needs a CONFIG or --resume RUN_DIR")
+    else:  # no CONFIG: the defaults of embodied/config.py
+        cfg = load_config(_find_config(args.config) if args.config else None, args.overrides)
     summary = train(cfg, resume=args.resume)
     print(f"success rate before training: {summary['success_before']:.2f}")
     print(f"success rate after training:  {summary.get('success_after', float('nan')):.2f}")
@@ -81,10 +79,6 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-class UsageError(ValueError):
-    pass
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="embodied", description="RL for robot policies")
     sub = p.add_subparsers(dest="command", required=True)
@@ -126,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.fn(args)
-    except (ConfigError, EnvError, PolicyLoadError, CheckpointError, DatasetError, UsageError) as e:
+    except (ConfigError, EnvError, PolicyLoadError, CheckpointError, DatasetError) as e:
         print(f"embodied {args.command}: error: {e}", file=sys.stderr)
         return 2
 
