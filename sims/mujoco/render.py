@@ -124,6 +124,10 @@ class BatchRenderer:
 
     def close(self) -> None:
         if self._con is not None:
+            # mjr_freeContext deletes GL objects of the *current* context: make ours
+            # current first, or another renderer's buffers (same ids) get deleted.
+            if self._ctx is not None:
+                self._ctx.make_current()
             self._con.free()
             self._con = None
         if self._ctx is not None:
