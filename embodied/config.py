@@ -29,7 +29,7 @@ class EnvConfig:
     task: str = "PushCube"
     num_envs: int = 128
     obs_mode: Literal["state", "rgb"] = "state"
-    reward_mode: Literal["dense", "sparse"] = "dense"
+    reward_mode: Literal["dense", "staged", "sparse"] = "dense"
     image_size: int = 64
     num_threads: int = 0  # physics threads; 0 = all cores
 
@@ -78,7 +78,6 @@ class TrainConfig:
     video_episodes: int = 2
     save_every: int = 10  # iterations
     torch_threads: int = 0  # 0 = leave torch's default
-    device: str = "cpu"
     progress: bool = True
 
 
