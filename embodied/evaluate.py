@@ -71,6 +71,7 @@ def evaluate(policy: Any, env: VecEnv, seeds: Sequence[int], deterministic: bool
         lengths += length[:n].tolist()
     video = None
     if video_path is not None and frames:
+        frames += [frames[-1]] * 10  # hold the end for half a second
         video = write_mp4(video_path, np.stack(frames), fps=getattr(env.spec, "control_hz", 20.0))
     k = max(len(successes), 1)
     return EvalResult(sum(successes) / k, sum(returns) / k, sum(lengths) / k, successes, video)

@@ -93,3 +93,18 @@ def test_cli_bad_input_one_line_exit_2(tmp_path, capsys, argv, needle):
     assert code == 2
     assert needle in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "run").exists() and not out.exists()  # nothing written
+
+
+def test_eval_command_reports_and_writes_video(tmp_path, capsys):
+    cfg = load_config(None, TINY + ["train.total_steps=512", f"train.run_dir={tmp_path / 'run'}"])
+    train(cfg)
+    capsys.readouterr()
+    video = tmp_path / "eval.mp4"
+    assert main(["eval", str(tmp_path / "run"), "--episodes", "6", "--video", str(video)]) == 0
+    import json
+    report = json.loads(capsys.readouterr().out)
+    assert report["task"] == "PushCube" and report["episodes"] == 6.0
+    assert 0.0 <= report["success_rate"] <= 1.0
+    import av
+    with av.open(str(video)) as c:
+        assert c.streams.video[0].frames > 5
