@@ -91,7 +91,7 @@ def train(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, 
         logger.log("rollout", rollout, step)
         logger.log("time", {"steps_per_second": steps_per_iter / (t2 - t0), "collect_seconds": t1 - t0,
                             "update_seconds": t2 - t1, "wall_seconds": time.time() - t_start}, step)
-        logger.progress(steps_per_iter, success=rollout.get("success_rate", float("nan")),
+        logger.progress(steps_per_iter, rollout_success=rollout.get("success_rate", float("nan")),
                         kl=stats["approx_kl"])
 
         last = it + 1 == num_iters
