@@ -1,0 +1,313 @@
+"""RobotEnv: one ROS 2 robot behind the VecEnv contract (B = 1), behind the safety layer.
+
+Observations (dict, B = 1):
+  "state"       float32 [1, S]      from sensor_msgs/JointState. state_layout "tabletop": the
+                                    MuJoCo suite's 9 values (TCP xyz = joints x, y, z; their
+                                    velocities; finger gap = finger_left + finger_right; gap
+                                    velocity; the last gripper command sent); "joints":
+                                    positions then velocities of `joint_names` (S = 2 J)
+  "privileged"  float32 [1, P]      std_msgs/Float64MultiArray (digital twins only), optional
+  "ee_pose"     float32 [1, 7]      geometry_msgs/PoseStamped (xyz, qw qx qy qz), optional
+  "rgb_<cam>"   uint8 [1, H, W, 3]  sensor_msgs/Image (rgb8/bgr8) or CompressedImage
+  "instruction" list[str] of 1      from the config or a std_msgs/String topic
+Actions float32 [1, A]: the safety filter makes a command of them, published on
+`command_topic` as Float64MultiArray (the A values) or a one-point JointTrajectory.
+Pacing: one command per 1 / control_hz. With `sync`, step waits for a joint state newer
+(header stamp) than the one the action was computed from, so a stepped twin and a robot
+streaming states both work. Episodes end on success (topic, classifier or operator) or
+after max_episode_steps; reset by topic (std_msgs/Int64 seed, acknowledged on
+reset_done_topic), service (std_srvs/Trigger) or operator prompt.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from robot_bridge import ros_types as rt
+from robot_bridge.safety import SafetyConfig, SafetyFilter
+from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, Received, Transport, make_transport
+from sims.vecenv import EnvError, EnvSpec, Obs, Seed, StepResult, VecEnv
+
+RESETS, SUCCESSES, LAYOUTS = ("topic", "service", "operator"), ("topic", "classifier", "operator"), ("tabletop", "joints")
+COMMAND_TYPES = ("std_msgs/msg/Float64MultiArray", "trajectory_msgs/msg/JointTrajectory")
+IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
+FINGER_MAX = 0.045  # the MuJoCo gripper: gap command = 1 - gap / FINGER_MAX
+
+
+def _allowed(name: str, value: Any, allowed: tuple) -> None:
+    if value not in allowed:
+        raise EnvError(f"{name}: unknown {value!r}; allowed: {', '.join(allowed)}")
+
+
+@dataclass
+class RobotEnvConfig:
+    """Topics are joined to `namespace` ('' or '/robot1')."""
+
+    task: str = "robot"
+    namespace: str = ""
+    joint_states_topic: str = "/joint_states"
+    joint_names: tuple[str, ...] = ("x", "y", "z", "finger_left", "finger_right")
+    state_layout: str = "tabletop"
+    image_topics: dict[str, str] = field(default_factory=dict)  # camera -> topic
+    image_type: str = "sensor_msgs/msg/Image"
+    image_size: tuple[int, int] = (64, 64)
+    privileged_topic: str | None = None
+    privileged_dim: int = 0
+    ee_pose_topic: str | None = None
+    instruction: str = ""
+    instruction_topic: str | None = None
+    command_topic: str = "/cmd"
+    command_type: str = "std_msgs/msg/Float64MultiArray"
+    action_dim: int = 4
+    control_hz: float = 20.0
+    sync: bool = True
+    obs_timeout_s: float = 1.0
+    max_episode_steps: int = 50
+    reset: str = "topic"
+    reset_topic: str = "/reset"
+    reset_done_topic: str = "/reset_done"
+    reset_service: str = "/reset"
+    reset_timeout_s: float = 10.0
+    success: str = "topic"
+    success_topic: str = "/success"
+    estop_topic: str = "/estop"
+    transport: str = "auto"
+    domain_id: int | None = None
+    safety: SafetyConfig | None = field(default_factory=SafetyConfig)
+
+    def __post_init__(self) -> None:
+        _allowed("reset", self.reset, RESETS)
+        _allowed("success", self.success, SUCCESSES)
+        _allowed("state_layout", self.state_layout, LAYOUTS)
+        _allowed("command_type", self.command_type, COMMAND_TYPES)
+        _allowed("image_type", self.image_type, IMAGE_TYPES)
+        if self.control_hz <= 0 or self.obs_timeout_s <= 0 or self.max_episode_steps < 1:
+            raise EnvError("control_hz, obs_timeout_s, max_episode_steps: must be positive")
+        if self.state_layout == "tabletop" and len(self.joint_names) != 5:
+            raise EnvError(f"joint_names: the tabletop layout needs x, y, z, finger_left, finger_right; "
+                           f"got {self.joint_names}")
+        if self.safety is not None and self.safety.action_dim != self.action_dim:
+            raise EnvError(f"safety.action_dim: {self.safety.action_dim} != action_dim {self.action_dim}")
+        if self.privileged_topic and self.privileged_dim < 1:
+            raise EnvError("privileged_dim: must be set (> 0) with privileged_topic")
+
+    def topic(self, name: str) -> str:
+        return f"{self.namespace.rstrip('/')}/{name.lstrip('/')}" if self.namespace else name
+
+
+class RobotEnv(VecEnv):
+    """A ROS 2 robot as a VecEnv with one env. success_fn: obs -> bool for success="classifier"."""
+
+    def __init__(self, config: RobotEnvConfig, transport: Transport | None = None,
+                 success_fn: Callable[[Obs], bool] | None = None):
+        c = self.cfg = config
+        if c.success == "classifier" and success_fn is None:
+            raise EnvError("success: 'classifier' needs a success_fn")
+        self.success_fn = success_fn
+        S = 9 if c.state_layout == "tabletop" else 2 * len(c.joint_names)
+        self.spec = EnvSpec(task=c.task, num_envs=1, action_dim=c.action_dim, state_dim=S,
+                            privileged_dim=c.privileged_dim, max_episode_steps=c.max_episode_steps,
+                            control_hz=c.control_hz, cameras=tuple(c.image_topics), image_size=tuple(c.image_size))
+        self.tr = transport or make_transport(c.transport, c.domain_id, "robot_env")
+        self._own_transport = transport is None
+        self.safety = SafetyFilter(c.safety) if c.safety is not None else None
+        t = c.topic
+        self._js = self.tr.subscribe(t(c.joint_states_topic), "sensor_msgs/msg/JointState", SENSOR_QOS)
+        self._images = {cam: self.tr.subscribe(t(top), c.image_type, SENSOR_QOS) for cam, top in c.image_topics.items()}
+        self._priv = self.tr.subscribe(t(c.privileged_topic), "std_msgs/msg/Float64MultiArray", SENSOR_QOS) if c.privileged_topic else None
+        self._pose = self.tr.subscribe(t(c.ee_pose_topic), "geometry_msgs/msg/PoseStamped", SENSOR_QOS) if c.ee_pose_topic else None
+        self._instr = self.tr.subscribe(t(c.instruction_topic), "std_msgs/msg/String", SENSOR_QOS) if c.instruction_topic else None
+        self._succ = self.tr.subscribe(t(c.success_topic), "std_msgs/msg/Bool", SENSOR_QOS) if c.success == "topic" else None
+        self._reset_done = self.tr.subscribe(t(c.reset_done_topic), "std_msgs/msg/Int64", COMMAND_QOS) if c.reset == "topic" else None
+        self._reset_pub = self.tr.publisher(t(c.reset_topic), "std_msgs/msg/Int64", COMMAND_QOS) if c.reset == "topic" else None
+        self._cmd = self.tr.publisher(t(c.command_topic), c.command_type, COMMAND_QOS)
+        self.tr.subscribe(t(c.estop_topic), "std_msgs/msg/Bool", COMMAND_QOS, callback=self._on_estop)
+        self.commands_sent = 0
+        self._stamp = -1.0  # header stamp of the joint state the current obs was built from
+        self._grip = 0.0
+        self._elapsed = 0
+        self._next_tick = 0.0
+        self._obs: Obs | None = None
+
+    # ------------------------------------------------------------------ e-stop
+    def _on_estop(self, msg: Any) -> None:
+        if msg.data and self.safety is not None:
+            self.safety.estop("estop topic")
+
+    # ------------------------------------------------------------------ observations
+    def _fresh_state(self, after_stamp: float) -> Received:
+        """Wait for a joint state with a header stamp newer than after_stamp."""
+        end = time.monotonic() + self.cfg.obs_timeout_s
+        latest = self._js.latest()
+        seq = latest.seq if latest else 0
+        while latest is None or rt.stamp_seconds(latest.msg.header.stamp) <= after_stamp:
+            left = end - time.monotonic()
+            got = self._js.wait_newer(seq, left) if left > 0 else None
+            if got is None:
+                raise EnvError(f"robot: no new {self.cfg.topic(self.cfg.joint_states_topic)} within "
+                               f"{self.cfg.obs_timeout_s:.1f} s (is the robot driver running on this domain?)")
+            latest, seq = got, got.seq
+        return latest
+
+    def _need(self, sub: Any, what: str) -> Received:
+        got = sub.latest() or sub.wait_newer(0, self.cfg.obs_timeout_s)
+        if got is None:
+            raise EnvError(f"robot: nothing received on {sub.topic} ({what}) within {self.cfg.obs_timeout_s:.1f} s")
+        return got
+
+    def _state_vector(self, js: Any) -> np.ndarray:
+        idx = {n: i for i, n in enumerate(js.name)}
+        missing = [n for n in self.cfg.joint_names if n not in idx]
+        if missing:
+            raise EnvError(f"joint_states: missing joints {missing}; got {list(js.name)}")
+        order = [idx[n] for n in self.cfg.joint_names]
+        pos = np.asarray(js.position, np.float64)[order]
+        vel = np.asarray(js.velocity, np.float64)[order] if len(js.velocity) == len(js.name) else np.zeros(len(order))
+        if self.cfg.state_layout == "joints":
+            return np.concatenate([pos, vel]).astype(np.float32)
+        return np.array([*pos[:3], *vel[:3], pos[3] + pos[4], vel[3] + vel[4], self._grip], np.float32)
+
+    def _observe(self, js: Received) -> Obs:
+        c = self.cfg
+        obs: Obs = {"state": torch.from_numpy(self._state_vector(js.msg))[None]}
+        if self._priv is not None:
+            p = rt.float64_array_values(self._need(self._priv, "privileged").msg).reshape(-1)
+            if p.size != c.privileged_dim:
+                raise EnvError(f"privileged: expected {c.privileged_dim} values, got {p.size}")
+            obs["privileged"] = torch.from_numpy(p.astype(np.float32))[None]
+        if self._pose is not None:
+            ps = self._need(self._pose, "ee pose").msg.pose
+            obs["ee_pose"] = torch.tensor([[ps.position.x, ps.position.y, ps.position.z, ps.orientation.w,
+                                            ps.orientation.x, ps.orientation.y, ps.orientation.z]], dtype=torch.float32)
+        for cam, sub in self._images.items():
+            rgb = rt.image_to_rgb(self._need(sub, "camera").msg)
+            if rgb.shape[:2] != tuple(c.image_size):
+                raise EnvError(f"rgb_{cam}: image is {rgb.shape[:2]}, config.image_size is {tuple(c.image_size)}")
+            obs[f"rgb_{cam}"] = torch.from_numpy(rgb)[None]
+        instr = c.instruction
+        if self._instr is not None and self._instr.latest() is not None:
+            instr = self._instr.latest().msg.data
+        obs["instruction"] = [instr]
+        self._stamp = rt.stamp_seconds(js.msg.header.stamp)
+        self._js_recv = js.recv_time
+        return obs
+
+    # ------------------------------------------------------------------ reset
+    def reset(self, seed: Seed = None, env_ids: torch.Tensor | None = None) -> tuple[Obs, dict]:
+        if seed is not None and not isinstance(seed, int):
+            seed = list(seed)[0]
+        c = self.cfg
+        sent = time.monotonic()
+        if c.reset == "topic":  # the state after the reset comes after the acknowledgement
+            value = -1 if seed is None else int(seed)
+            end, done = sent + c.reset_timeout_s, None
+            while done is None and time.monotonic() < end:  # resend until acknowledged
+                self._reset_pub.publish(rt.scalar("std_msgs/msg/Int64", value))
+                done = self._reset_done.wait_after(sent, 0.25)
+                if done is not None and done.msg.data != value:
+                    done = None
+            if done is None:
+                raise EnvError(f"robot: reset not acknowledged on {c.topic(c.reset_done_topic)} within "
+                               f"{c.reset_timeout_s:.1f} s (is the robot driver running on this domain?)")
+            acked = done.recv_time
+        elif c.reset == "service":
+            req = rt.msg_class("std_srvs/srv/Trigger_Request")(structure_needs_at_least_one_member=0)
+            resp = self.tr.call_service(c.topic(c.reset_service), "std_srvs/srv/Trigger", req, c.reset_timeout_s)
+            if not resp.success:
+                raise EnvError(f"robot: reset service refused: {resp.message}")
+            acked = time.monotonic()
+        else:
+            input(f"[robot] reset the scene (seed {seed}), then press Enter: ")
+            acked = time.monotonic()
+        js = self._js.wait_after(acked, c.obs_timeout_s)
+        if js is None:
+            raise EnvError(f"robot: no {c.topic(c.joint_states_topic)} after reset within {c.obs_timeout_s:.1f} s")
+        gap = self._state_vector(js.msg)[6] if c.state_layout == "tabletop" else 0.0
+        self._grip = float(np.clip(1.0 - gap / FINGER_MAX, -1.0, 1.0))
+        if self.safety is not None:
+            self.safety.hold_gripper = self._grip
+        self._elapsed = 0
+        self._obs = self._observe(js)
+        return self._obs, {}
+
+    # ------------------------------------------------------------------ stepping
+    def _position(self) -> np.ndarray:
+        s = self._obs["state"][0].double().numpy()
+        return s[:3] if self.cfg.state_layout == "tabletop" else s[:len(self.cfg.joint_names)]
+
+    def _publish(self, cmd: np.ndarray) -> None:
+        c = self.cfg
+        if c.command_type == COMMAND_TYPES[0]:
+            self._cmd.publish(rt.float64_array(cmd))
+        else:
+            self._cmd.publish(rt.joint_trajectory(c.joint_names[:len(cmd)], cmd[None], 1.0 / c.control_hz))
+        self.commands_sent += 1
+
+    def _command(self, action: Any) -> None:
+        """Filter and send one command at the next control tick; EnvError when none may be sent."""
+        now = time.monotonic()
+        if now < self._next_tick:
+            time.sleep(self._next_tick - now)
+        self._next_tick = max(now, self._next_tick) + 1.0 / self.cfg.control_hz
+        if self.safety is None:
+            a = np.asarray(action, np.float64).reshape(-1)
+            if a.shape != (self.cfg.action_dim,) or not np.isfinite(a).all():
+                raise EnvError(f"action: expected {self.cfg.action_dim} finite values, got shape {a.shape}")
+            return self._publish(a)
+        end = time.monotonic() + self.cfg.obs_timeout_s
+        while True:
+            js = self._js.latest()
+            age = time.monotonic() - js.recv_time if js is not None else float("inf")
+            cmd = self.safety.filter(action, self._position(), obs_age=age)
+            if cmd is not None:
+                break
+            if self.safety.estopped:
+                raise EnvError("robot: e-stop engaged; no further commands (clear it on the robot, then restart)")
+            if time.monotonic() > end:
+                raise EnvError(f"robot: observations stale for {self.cfg.obs_timeout_s:.1f} s on "
+                               f"{self.cfg.topic(self.cfg.joint_states_topic)}; commanding stopped")
+            self._js.wait_newer(js.seq if js else 0, 1.0 / self.cfg.control_hz)
+        if self.safety.estopped:  # an e-stop that arrived while filtering
+            raise EnvError("robot: e-stop engaged; no further commands")
+        self._publish(cmd)
+        if self.cfg.state_layout == "tabletop" and len(cmd) > 3:
+            self._grip = float(cmd[3])
+
+    def step(self, action: torch.Tensor) -> StepResult:
+        if self._obs is None:
+            raise EnvError("robot: call reset() before step()")
+        act = action[0] if isinstance(action, torch.Tensor) and action.dim() == 2 and len(action) == 1 else action
+        self._command(act)
+        js = self._fresh_state(self._stamp) if self.cfg.sync else self._js.latest()
+        obs = self._observe(js)
+        self._elapsed += 1
+        success = self._success(obs)
+        truncated = self._elapsed >= self.cfg.max_episode_steps and not success
+        if truncated and self.cfg.success == "operator":
+            success = input("[robot] episode over: success? [y/N] ").strip().lower().startswith("y")
+        done = success or truncated
+        t = lambda v: torch.tensor([v])  # noqa: E731
+        info = {"success": t(bool(success))}
+        res = StepResult(obs=obs, reward=t(float(success)), terminated=t(bool(success)),
+                         truncated=t(bool(truncated and not success)), info=info, final_obs=obs if done else None)
+        if done:
+            res.obs, _ = self.reset()
+        self._obs = res.obs
+        return res
+
+    def _success(self, obs: Obs) -> bool:
+        if self.cfg.success == "topic":
+            got = self._succ.latest()
+            return bool(got is not None and got.msg.data)
+        if self.cfg.success == "classifier":
+            return bool(self.success_fn(obs))
+        return False
+
+    def close(self) -> None:
+        if self._own_transport:
+            self.tr.close()
