@@ -33,7 +33,8 @@ test-fast: setup
 
 bench: setup
 	$(PY) -m pip install -q -c constraints.txt -e ".[dev,bench]"
-	$(PY) benchmarks/run_all.py
+	$(PY) benchmarks/bench_env.py
+	$(PY) benchmarks/bench_vs_rsl_rl.py
 
 clean:
 	rm -rf $(VENV) runs

@@ -18,7 +18,7 @@ from embodied.train import train
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["env.task=PushCube", "env.num_envs=16", "ppo.rollout_steps=16", "ppo.minibatches=2", "ppo.epochs=2",
         "policy.hidden_sizes=[64,64]", "train.eval_every=0", "train.eval_episodes=4", "train.video_episodes=0",
-        "train.progress=false"]
+        "train.progress=false", "train.torch_threads=1"]  # same threads in and out of process
 
 
 def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
