@@ -71,6 +71,18 @@ def cmd_collect(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_robot_sim(args: argparse.Namespace) -> int:
+    from robot_bridge.sim_node import run
+
+    return run(args)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from embodied.serve import run
+
+    return run(args)
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from sims.registry import list_tasks
 
@@ -102,6 +114,14 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--image-size", type=int, default=64)
     c.add_argument("--num-envs", type=int, default=0)
     c.set_defaults(fn=cmd_collect)
+    from robot_bridge.cli_args import robot_sim_arguments, serve_arguments
+
+    rs = sub.add_parser("robot-sim", help="run a task as a ROS 2 robot (digital twin)")
+    robot_sim_arguments(rs)
+    rs.set_defaults(fn=cmd_robot_sim)
+    sv = sub.add_parser("serve", help="serve a checkpoint as a ROS 2 policy node")
+    serve_arguments(sv)
+    sv.set_defaults(fn=cmd_serve)
     ls = sub.add_parser("list", help="list tasks and configs")
     ls.set_defaults(fn=cmd_list)
     return p

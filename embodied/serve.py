@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from robot_bridge import ros_types as rt
+from robot_bridge.cli_args import serve_arguments
 from robot_bridge.recorder import RecordingEnv
 from robot_bridge.robot_env import RobotEnv, RobotEnvConfig
 from robot_bridge.safety import SafetyConfig
@@ -95,22 +96,18 @@ def serve(checkpoint: str | Path, episodes: int = 10, namespace: str = "", contr
             "safety_interventions": counts, "recorded": str(record) if record else None}
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("checkpoint", help="checkpoint, checkpoints/ or run directory")
-    p.add_argument("--episodes", type=int, default=10, help="episodes to run (0: until interrupted)")
-    p.add_argument("--rate", type=float, default=20.0, help="control rate in Hz")
-    p.add_argument("--domain-id", type=int, default=None, help="ROS 2 domain (default $ROS_DOMAIN_ID or 0)")
-    p.add_argument("--namespace", default="")
-    p.add_argument("--transport", default="auto", choices=["auto", "dds", "rclpy"])
-    p.add_argument("--record", default=None, help="write the episodes into this dataset directory")
-    p.add_argument("--stochastic", action="store_true", help="sample actions instead of the mean")
-
-
 def run(args: argparse.Namespace) -> int:
     if args.episodes < 0 or args.rate <= 0:
         raise SystemExit("embodied serve: error: --episodes must be >= 0 and --rate > 0")
-    summary = serve(args.checkpoint, args.episodes, args.namespace, args.rate, args.transport, args.domain_id,
-                    args.record, deterministic=not args.stochastic)
+    from robot_bridge.ros_types import MessageError
+    from robot_bridge.transport import TransportError
+    from sims.vecenv import EnvError
+
+    try:
+        summary = serve(args.checkpoint, args.episodes, args.namespace, args.rate, args.transport, args.domain_id,
+                        args.record, deterministic=not args.stochastic)
+    except (TransportError, MessageError) as e:
+        raise EnvError(str(e)) from None
     print(json.dumps(summary, indent=1), flush=True)
     return 0
 
@@ -125,7 +122,7 @@ if __name__ == "__main__":
     from sims.vecenv import EnvError
 
     p = argparse.ArgumentParser(prog="embodied serve", description="serve a checkpoint over ROS 2")
-    add_arguments(p)
+    serve_arguments(p)
     try:
         sys.exit(run(p.parse_args()))
     except (EnvError, CheckpointError, ConfigError, PolicyLoadError) as e:

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from robot_bridge import ros_types as rt
+from robot_bridge.cli_args import robot_sim_arguments
 from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, make_transport
 
 JOINTS = ("x", "y", "z", "finger_left", "finger_right")
@@ -168,21 +169,8 @@ class SimRobotNode:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="embodied robot-sim", description="a MuJoCo task as a ROS 2 robot")
-    add_arguments(p)
+    robot_sim_arguments(p)
     return p.parse_args(argv)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("task", help="task name (embodied list)")
-    p.add_argument("--rate", type=float, default=20.0, help="heartbeat / free-run rate in Hz")
-    p.add_argument("--domain-id", type=int, default=None, help="ROS 2 domain (default $ROS_DOMAIN_ID or 0)")
-    p.add_argument("--namespace", default="")
-    p.add_argument("--image-size", type=int, default=64, help="camera image side; 0: no camera")
-    p.add_argument("--camera", default="front", choices=["front", "wrist"])
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--free-run", action="store_true", help="step at --rate instead of once per command")
-    p.add_argument("--transport", default="auto", choices=["auto", "dds", "rclpy"])
-    p.add_argument("--duration", type=float, default=None, help="exit after this many seconds")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -192,7 +180,14 @@ def run(args: argparse.Namespace) -> int:
     cfg = SimNodeConfig(task=args.task, rate_hz=args.rate, image_size=args.image_size, camera=args.camera,
                         namespace=args.namespace, seed=args.seed, free_run=args.free_run,
                         transport=args.transport, domain_id=args.domain_id)
-    node = SimRobotNode(cfg)
+    from robot_bridge.ros_types import MessageError
+    from robot_bridge.transport import TransportError
+    from sims.vecenv import EnvError
+
+    try:
+        node = SimRobotNode(cfg)
+    except (TransportError, MessageError) as e:
+        raise EnvError(str(e)) from None
     signal.signal(signal.SIGTERM, lambda *_: node.stop.set())
     print(f"robot-sim: {cfg.task} on domain {node.tr.domain_id} ({node.tr.name}), "
           f"{'free-run' if cfg.free_run else 'stepped per command'}", flush=True)

@@ -63,10 +63,10 @@ def test_served_policy_matches_simulation(reach_checkpoint, dds_env, tmp_path):
     torch.set_num_threads(1)
     direct = evaluate(policy, make_env("Reach", 1, num_threads=1), eval_seeds(EPISODES)).success_rate
 
-    sim = subprocess.Popen([sys.executable, "-m", "robot_bridge.sim_node", "Reach", "--transport", "dds",
+    sim = subprocess.Popen([sys.executable, "-m", "embodied.cli", "robot-sim", "Reach", "--transport", "dds",
                             "--image-size", "0", "--rate", "50"], env=dds_env, cwd=ROOT)
     try:
-        out = subprocess.run([sys.executable, "-m", "embodied.serve", str(reach_checkpoint), "--episodes",
+        out = subprocess.run([sys.executable, "-m", "embodied.cli", "serve", str(reach_checkpoint), "--episodes",
                               str(EPISODES), "--rate", "50", "--transport", "dds", "--record", str(tmp_path / "rec")],
                              env=dds_env, cwd=ROOT, capture_output=True, text=True, timeout=150)
     finally:
