@@ -19,7 +19,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e ".[dev]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,ros,vla]"
 	touch $(STAMP)
 
 demo: setup
@@ -32,7 +32,7 @@ test-fast: setup
 	$(PY) -m pytest -q -m "not slow" tests
 
 bench: setup
-	$(PY) -m pip install -q -c constraints.txt -e ".[dev,bench]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,ros,vla,bench]"
 	$(PY) benchmarks/bench_env.py
 	$(PY) benchmarks/bench_vs_rsl_rl.py
 

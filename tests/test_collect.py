@@ -21,7 +21,8 @@ def test_collect_and_read_back(tmp_path):
     summary = collect_demos("PushCube", 6, tmp_path / "d", seed=3, num_envs=4)
     assert summary["episodes"] == 6
     meta = read_meta(tmp_path / "d")
-    assert meta["task"] == "PushCube" and len(meta["episodes"]) == 6
+    assert meta["embodied"]["task"] == "PushCube" and len(meta["episodes"]) == 6
+    assert meta["codebase_version"] == "v3.0" and meta["total_frames"] == sum(e["length"] for e in meta["episodes"])
     seeds = [e["seed"] for e in meta["episodes"]]
     assert len(set(seeds)) == 6
     for ep, entry in zip(read_episodes(tmp_path / "d"), meta["episodes"]):
@@ -46,7 +47,7 @@ def test_interrupted_collection_keeps_finished_episodes(tmp_path):
     deadline = time.time() + 120
     while time.time() < deadline:
         try:
-            if len(json.loads((out / "meta.json").read_text())["episodes"]) >= 5:
+            if json.loads((out / "meta" / "info.json").read_text())["total_episodes"] >= 5:
                 break
         except (FileNotFoundError, json.JSONDecodeError):
             pass
@@ -60,11 +61,76 @@ def test_interrupted_collection_keeps_finished_episodes(tmp_path):
 
 def test_corrupt_dataset_is_one_line_error(tmp_path):
     collect_demos("Reach", 1, tmp_path / "d", num_envs=1)
-    f = next((tmp_path / "d" / "episodes").glob("*.safetensors"))
+    f = next((tmp_path / "d" / "data").rglob("*.parquet"))
     f.write_bytes(f.read_bytes()[:100])
-    with pytest.raises(DatasetError, match="unreadable episode"):
+    with pytest.raises(DatasetError, match="unreadable parquet") as e:
         list(read_episodes(tmp_path / "d"))
-    (tmp_path / "d" / "meta.json").write_text("{not json")
+    assert "\n" not in str(e.value)
+    (tmp_path / "d" / "meta" / "info.json").write_text("{not json")
     with pytest.raises(DatasetError, match="corrupt") as e:
         read_meta(tmp_path / "d")
     assert "\n" not in str(e.value)
+
+
+def test_layout_is_lerobot_v3_readable_without_our_loader(tmp_path):
+    """Read what `collect` wrote with pyarrow and PyAV alone."""
+    import av
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    root = tmp_path / "d"
+    collect_demos("PushCube", 3, root, obs_mode="rgb", image_size=32, num_envs=3)
+    info = json.loads((root / "meta" / "info.json").read_text())
+    assert info["codebase_version"] == "v3.0" and info["total_episodes"] == 3
+    feats = info["features"]
+    assert feats["observation.images.front"]["dtype"] == "video"
+    assert feats["observation.state"]["shape"] == [9] and feats["action"]["shape"] == [4]
+    episodes = pq.read_table(root / "meta" / "episodes" / "chunk-000" / "file-000.parquet").to_pylist()
+    tasks = pq.read_table(root / "meta" / "tasks.parquet").to_pydict()
+    stats = json.loads((root / "meta" / "stats.json").read_text())
+    assert np.array(stats["observation.images.front"]["mean"]).shape == (3, 1, 1)
+    frame_index = 0
+    for ep in episodes:
+        data = pq.read_table(root / info["data_path"].format(chunk_index=ep["data/chunk_index"],
+                                                            file_index=ep["data/file_index"])).to_pydict()
+        assert data["frame_index"] == list(range(ep["length"]))
+        assert data["index"] == list(range(ep["dataset_from_index"], ep["dataset_to_index"]))
+        assert data["index"][0] == frame_index
+        frame_index = ep["dataset_to_index"]
+        assert tasks["task"][data["task_index"][0]] == ep["tasks"][0]
+        assert len(data["action"][0]) == 4 and data["next.done"][-1] and data["next.success"][-1]
+        video = root / info["video_path"].format(video_key="observation.images.front",
+                                                 chunk_index=ep["videos/observation.images.front/chunk_index"],
+                                                 file_index=ep["videos/observation.images.front/file_index"])
+        with av.open(str(video)) as c:
+            frames = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+        assert len(frames) == ep["length"] and frames[0].shape == (32, 32, 3)
+
+
+def test_truncated_video_is_clear_error(tmp_path):
+    root = tmp_path / "d"
+    collect_demos("Reach", 1, root, obs_mode="rgb", image_size=32, num_envs=1)
+    video = next((root / "videos").rglob("*.mp4"))
+    video.write_bytes(video.read_bytes()[:200])
+    with pytest.raises(DatasetError) as e:
+        list(read_episodes(root))
+    assert str(video) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_chunked_torch_dataset(tmp_path):
+    from embodied.lerobot import LeRobotDataset
+
+    root = tmp_path / "d"
+    collect_demos("PushCube", 2, root, obs_mode="rgb", image_size=32, num_envs=2)
+    ds = LeRobotDataset(root, chunk_size=4)
+    meta = read_meta(root)
+    assert len(ds) == meta["total_frames"] and ds.num_episodes == 2
+    first_len = meta["episodes"][0]["length"]
+    last = ds[first_len - 1]  # last frame of episode 0: one real action, three repeats
+    assert last["action_valid"].tolist() == [True, False, False, False]
+    assert torch.equal(last["actions"][1], last["actions"][0])
+    item = ds[0]
+    assert item["rgb_front"].shape == (32, 32, 3) and item["rgb_front"].dtype == torch.uint8
+    assert item["actions"].shape == (4, 4) and item["instruction"].startswith("push the")
+    ref = next(read_episodes(root))
+    torch.testing.assert_close(item["actions"], ref["action"][:4].float())
