@@ -169,12 +169,13 @@ class RobotEnv(VecEnv):
         pos = np.asarray(js.position, np.float64)[order]
         vel = np.asarray(js.velocity, np.float64)[order] if len(js.velocity) == len(js.name) else np.zeros(len(order))
         if self.cfg.state_layout == "joints":
-            return np.concatenate([pos, vel]).astype(np.float32)
-        return np.array([*pos[:3], *vel[:3], pos[3] + pos[4], vel[3] + vel[4], self._grip], np.float32)
+            return np.concatenate([pos, vel])
+        return np.array([*pos[:3], *vel[:3], pos[3] + pos[4], vel[3] + vel[4], self._grip])
 
     def _observe(self, js: Received) -> Obs:
         c = self.cfg
-        obs: Obs = {"state": torch.from_numpy(self._state_vector(js.msg))[None]}
+        state = self._state_vector(js.msg)
+        obs: Obs = {"state": torch.from_numpy(state.astype(np.float32))[None]}
         if self._priv is not None:
             p = rt.float64_array_values(self._need(self._priv, "privileged").msg).reshape(-1)
             if p.size != c.privileged_dim:
@@ -194,7 +195,8 @@ class RobotEnv(VecEnv):
             instr = self._instr.latest().msg.data
         obs["instruction"] = [instr]
         self._stamp = rt.stamp_seconds(js.msg.header.stamp)
-        self._js_recv = js.recv_time
+        n = 3 if c.state_layout == "tabletop" else len(c.joint_names)
+        self._pos = state[:n].copy()  # float64 positions the safety filter checks against
         return obs
 
     # ------------------------------------------------------------------ reset
@@ -236,10 +238,6 @@ class RobotEnv(VecEnv):
         return self._obs, {}
 
     # ------------------------------------------------------------------ stepping
-    def _position(self) -> np.ndarray:
-        s = self._obs["state"][0].double().numpy()
-        return s[:3] if self.cfg.state_layout == "tabletop" else s[:len(self.cfg.joint_names)]
-
     def _publish(self, cmd: np.ndarray) -> None:
         c = self.cfg
         if c.command_type == COMMAND_TYPES[0]:
@@ -263,7 +261,7 @@ class RobotEnv(VecEnv):
         while True:
             js = self._js.latest()
             age = time.monotonic() - js.recv_time if js is not None else float("inf")
-            cmd = self.safety.filter(action, self._position(), obs_age=age)
+            cmd = self.safety.filter(action, self._pos, obs_age=age)
             if cmd is not None:
                 break
             if self.safety.estopped:
