@@ -1,9 +1,10 @@
-"""Recording into our episode dataset format (embodied.dataset, what `embodied collect` writes).
+"""Recording into our episode dataset format (embodied.dataset.EpisodeWriter, what `embodied
+collect` writes).
 
-`RecordingEnv` wraps a VecEnv with B = 1 (RobotEnv, or a simulator) and writes each episode
-when it ends: obs.<key> [L, ...] (the observations the actions were taken from), action
-[L, A], reward [L], success [L]. An episode cut short by an error is not written; every
-finished one is on disk already (EpisodeWriter writes atomically).
+`RecordingEnv` wraps a VecEnv with B = 1 (RobotEnv, or a simulator) and hands each episode to
+EpisodeWriter when it ends: obs.<key> [L, ...] (the observations the actions were taken
+from), action [L, A], reward [L], success [L]. An episode cut short by an error is not
+written; every finished one is committed already (EpisodeWriter writes atomically).
 
 `ingest_rosbag` turns a rosbag2 recording (rosbags' Reader) into the same format, aligning
 topics by time: one step per command message; each observation topic contributes its
@@ -77,6 +78,7 @@ class BagTopics:
     success_topic: str | None = "/success"
     reset_topic: str | None = "/reset"
     instruction: str = ""
+    control_hz: float = 20.0  # the dataset's fps
 
 
 def _decode(key: str, msg: Any, joint_names: tuple[str, ...] | None, grip: float) -> torch.Tensor:
@@ -134,7 +136,8 @@ def ingest_rosbag(bag: str | Path, out: str | Path, task: str, topics: BagTopics
                 grip = float(a[3])
         else:
             latest[topic] = msg
-    writer = EpisodeWriter(out, task, {"task": task, "num_envs": 1, "source": f"rosbag2:{Path(bag).name}"})
+    writer = EpisodeWriter(out, task, {"task": task, "num_envs": 1, "control_hz": topics.control_hz,
+                                       "source": f"rosbag2:{Path(bag).name}"})
     written = 0
     for steps in episodes:
         if steps:

@@ -80,6 +80,6 @@ def test_served_policy_matches_simulation(reach_checkpoint, dds_env, tmp_path):
     # nothing else needed an intervention.
     assert set(summary["safety_interventions"]) <= {"range"}
     meta = read_meta(tmp_path / "rec")
-    assert len(meta["episodes"]) == EPISODES and meta["task"] == "Reach"
+    assert len(meta["episodes"]) == EPISODES and meta["embodied"]["task"] == "Reach"
     first = next(read_episodes(tmp_path / "rec"))
     assert first["obs.privileged"].shape[1] == 15 and first["action"].shape[1] == 4
