@@ -7,8 +7,10 @@ from typing import Any
 from policies.base import Policy, PolicyLoadError
 from policies.cnn import CNNActorCritic, CNNConfig
 from policies.mlp import MLPActorCritic, MLPConfig
+from policies.vla.autoregressive import ARVLA
+from policies.vla.flow import FlowVLA
 
-POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (MLPActorCritic, CNNActorCritic)}
+POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (MLPActorCritic, CNNActorCritic, FlowVLA, ARVLA)}
 
 
 def policy_class(name: str) -> type[Policy]:

@@ -1,0 +1,1 @@
+"""Vision-Language-Action policies on `transformers` building blocks (see docs/vla.md)."""

@@ -1,0 +1,166 @@
+"""What both VLA policies share: the prefix backbone, the instruction tokenizer,
+state / action normalisation buffers, the critic, and persistence with tokenizer files.
+
+Normalisation: `set_stats(dataset.stats)` stores per-dimension mean / std of state [S] and
+actions [A] as buffers (saved with the weights); x_norm = (x - mean) / max(std, 1e-2).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from policies.base import Policy, PolicyLoadError, load_weights
+from policies.vla.config import VLAConfig
+from policies.vla.prefix import TextTokenizer, VisionLanguagePrefix, build_lm, build_vision
+
+MIN_STD = 1e-2
+
+
+class Stats(nn.Module):
+    """Per-dimension mean / std buffers [D]."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(dim))
+        self.register_buffer("std", torch.ones(dim))
+
+    def set(self, mean: Any, std: Any) -> None:
+        mean, std = torch.as_tensor(mean, dtype=torch.float32), torch.as_tensor(std, dtype=torch.float32)
+        if mean.shape != self.mean.shape or std.shape != self.std.shape:
+            raise ValueError(f"stats: expected mean/std of shape {tuple(self.mean.shape)}, "
+                             f"got {tuple(mean.shape)} / {tuple(std.shape)}")
+        self.mean.copy_(mean)
+        self.std.copy_(std.clamp(min=MIN_STD))
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        return (x.float() - self.mean) / self.std
+
+    def unnormalize(self, x: torch.Tensor) -> torch.Tensor:
+        return x.float() * self.std + self.mean
+
+
+class VLAPolicy(Policy):
+    """Base of FlowVLA and ARVLA. Subclasses set `causal_lm`, `marker` and `extra_vocab()`."""
+
+    causal_lm = False
+    marker = False
+
+    def __init__(self, config: VLAConfig, _source_dir: str | Path | None = None):
+        super().__init__(config)
+        self.chunk_size = config.chunk_size
+        self.has_critic = config.critic
+        self.tokenizer = TextTokenizer(config, _source_dir)
+        self.text_vocab = self.tokenizer.vocab_size
+        lm = build_lm(config, self.text_vocab + self.extra_vocab(), self.causal_lm)
+        self.prefix = VisionLanguagePrefix(config, build_vision(config), lm, marker=self.marker)
+        self.state_stats, self.action_stats = Stats(config.state_dim), Stats(config.action_dim)
+        width = self.prefix.width
+        self.critic = (nn.Sequential(nn.Linear(width, config.critic_hidden), nn.Tanh(),
+                                     nn.Linear(config.critic_hidden, 1)) if config.critic else None)
+
+    def extra_vocab(self) -> int:
+        """Token ids appended after the text vocabulary (the AR policy's action bins)."""
+        return 0
+
+    # -- inputs ----------------------------------------------------------------
+    def set_stats(self, stats: Mapping[str, Mapping[str, Any]]) -> None:
+        """{"state": {"mean": [S], "std": [S]}, "action": {"mean": [A], "std": [A]}}."""
+        self.state_stats.set(stats["state"]["mean"], stats["state"]["std"])
+        self.action_stats.set(stats["action"]["mean"], stats["action"]["std"])
+
+    def text(self, obs: dict[str, Any], batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Instruction ids int64 [B, L] and mask bool [B, L]."""
+        texts = obs.get("instruction")
+        if texts is None or len(texts) != batch:
+            raise ValueError(f"obs['instruction']: expected a list of {batch} strings")
+        ids, mask = self.tokenizer.batch(list(texts), self.config.max_text_len)
+        return ids.to(self.device), mask.to(self.device)
+
+    def padded_state(self, obs: dict[str, Any]) -> torch.Tensor:
+        """obs['state'] [B, S] -> normalised, zero-padded float [B, max_state_dim]."""
+        s = self.state_stats.normalize(obs["state"][:, :self.config.state_dim].to(self.device))
+        return nn.functional.pad(s, (0, self.config.max_state_dim - s.shape[1]))
+
+    def value_from(self, features: torch.Tensor) -> torch.Tensor | None:
+        """Critic on detached features [B, D] -> [B] (None without a critic)."""
+        if self.critic is None:
+            return None
+        return self.critic(features.detach().float()).squeeze(-1)
+
+    def critic_parameters(self):
+        return iter(()) if self.critic is None else self.critic.parameters()
+
+    @property
+    def device(self) -> torch.device:
+        return self.state_stats.mean.device
+
+    # -- persistence -------------------------------------------------------------
+    def save_pretrained(self, path: str | Path) -> None:
+        """config.json (architecture recorded, pretrained paths cleared), model.safetensors,
+        tokenizer files."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        cfg = asdict(self.config)
+        if cfg["pretrained_vision"] is not None:
+            cfg["vision"] = _arch(self.prefix.vision.config.to_dict())
+            cfg["pretrained_vision"] = None
+        if cfg["pretrained_lm"] is not None:
+            cfg["lm"] = _arch(self.prefix.lm_config.to_dict())
+            cfg["lm_type"] = self.prefix.lm_config.model_type
+            cfg["pretrained_lm"] = None
+        (path / "config.json").write_text(json.dumps({"policy": self.name, "config": cfg}, indent=2))
+        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+        save_file(_untie(state), str(path / "model.safetensors"))
+        self.tokenizer.save(path)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, **config_overrides: Any) -> "VLAPolicy":
+        """Load a save_pretrained directory (weights, config, tokenizer); never downloads."""
+        from policies.registry import policy_class
+
+        path = Path(path)
+        cfg_file, weights = path / "config.json", path / "model.safetensors"
+        if not cfg_file.is_file() or not weights.is_file():
+            raise PolicyLoadError(f"{path}: not a policy directory (needs config.json and model.safetensors)")
+        meta = json.loads(cfg_file.read_text())
+        klass = policy_class(meta.get("policy", "?"))
+        if not issubclass(klass, cls):
+            raise PolicyLoadError(f"{path}: holds a '{klass.name}' policy, not a {cls.__name__}")
+        try:
+            config = klass.config_class(**{**meta["config"], **config_overrides})
+        except TypeError as e:
+            raise PolicyLoadError(f"{path}: config.json does not fit {klass.config_class.__name__} ({e})") from None
+        policy = klass(config, _source_dir=path)
+        state = load_file(str(weights))
+        own = policy.state_dict()
+        for k in set(own) - set(state):  # tied weights are saved once (see _untie)
+            alias = _TIED.get(k)
+            if alias is not None and alias in state:
+                state[k] = state[alias]
+        load_weights(policy, state, str(path))
+        return policy
+
+
+_TIED = {"prefix.lm.lm_head.weight": "prefix.lm.model.embed_tokens.weight"}
+
+
+def _untie(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """safetensors refuses shared storage: drop a head tied to the embeddings (restored on load)."""
+    for k, alias in _TIED.items():
+        if k in state and alias in state and state[k].data_ptr() == state[alias].data_ptr():
+            state = {n: v for n, v in state.items() if n != k}
+    return state
+
+
+def _arch(d: dict[str, Any]) -> dict[str, Any]:
+    """A transformers config dict without bookkeeping keys, to rebuild the architecture."""
+    drop = {"transformers_version", "architectures", "_name_or_path", "model_type", "torch_dtype",
+            "dtype", "vision_config", "text_config", "id2label", "label2id"}
+    return {k: v for k, v in d.items() if k not in drop}

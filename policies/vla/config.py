@@ -1,0 +1,90 @@
+"""Configs of the VLA policies and their presets.
+
+A config is a plain dataclass stored in the checkpoint's config.json. `vision` holds
+`transformers.SiglipVisionConfig` keyword arguments and `lm` the keyword arguments of the
+decoder LM's config (`lm_type` picks it: "llama", "qwen2", "gemma", ...). To start from
+real weights on disk, set `pretrained_vision` (a SigLIP checkpoint directory) and / or
+`pretrained_lm` (a Llama / Qwen2 / Gemma directory, whose tokenizer is then used); they
+are read with `local_files_only=True`, nothing is downloaded. save_pretrained records
+the loaded architecture in `vision` / `lm` and clears these paths, so a saved policy
+needs only its own directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _tiny_vision() -> dict[str, Any]:
+    return {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 2, "image_size": 64, "patch_size": 16}
+
+
+def _tiny_lm() -> dict[str, Any]:
+    return {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512}
+
+
+@dataclass
+class VLAConfig:
+    """What both VLA policies share: inputs, backbone, padding widths, critic."""
+
+    action_dim: int = 4  # A: real action width
+    state_dim: int = 9  # S: real proprioception width
+    chunk_size: int = 4  # K: actions per chunk
+    max_state_dim: int = 32  # state padded to this width (zeros, masked)
+    max_action_dim: int = 32  # actions padded to this width (flow policy)
+    cameras: list[str] = field(default_factory=lambda: ["front"])  # obs keys rgb_<cam>
+    max_text_len: int = 16  # instruction tokens incl. [BOS]/[EOS]; longer ones are cut
+    instructions: list[str] = field(default_factory=list)  # extra corpus for the word tokenizer
+    vision: dict[str, Any] = field(default_factory=_tiny_vision)  # SiglipVisionConfig kwargs
+    lm_type: str = "llama"  # transformers model_type of the decoder LM
+    lm: dict[str, Any] = field(default_factory=_tiny_lm)  # LM config kwargs (vocab_size is set for you)
+    pretrained_vision: str | None = None  # local SigLIP directory
+    pretrained_lm: str | None = None  # local LM directory (its tokenizer is used)
+    critic: bool = True  # value head on detached backbone features
+    critic_hidden: int = 64
+
+
+@dataclass
+class FlowVLAConfig(VLAConfig):
+    """pi0-style flow matching: an action expert reads the prefix KV cache."""
+
+    expert_hidden: int = 64
+    expert_intermediate: int = 128
+    num_steps: int = 10  # N Euler steps from t=1 (noise) to t=0 (actions)
+    time_min_period: float = 4e-3  # sinusoidal time embedding periods
+    time_max_period: float = 4.0
+
+
+@dataclass
+class ARVLAConfig(VLAConfig):
+    """OpenVLA-style: each action dimension is one of `num_bins` tokens at the vocabulary's end."""
+
+    num_bins: int = 256
+    temperature: float = 1.0  # sampling temperature when deterministic=False
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # Trains on 2 CPU cores in minutes from 64x64 images.
+    "tiny": {},
+    # Real-size: SigLIP so400m-sized tower + a Qwen2/Gemma/Llama LM read from local directories
+    # (set pretrained_vision / pretrained_lm to your paths; see docs/vla.md).
+    "siglip-qwen2": {"vision": {"image_size": 224, "patch_size": 14}, "lm_type": "qwen2",
+                     "max_text_len": 48, "pretrained_vision": "/path/to/siglip",
+                     "pretrained_lm": "/path/to/qwen2", "critic_hidden": 256},
+}
+
+
+def make_config(cls: type, preset: str = "tiny", **overrides: Any) -> Any:
+    """`cls` (FlowVLAConfig / ARVLAConfig) from a preset name plus field overrides."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown VLA preset {preset!r}; allowed: {', '.join(PRESETS)}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    merged = {**PRESETS[preset], **overrides}
+    bad = sorted(set(merged) - names)
+    if bad:
+        raise ValueError(f"unknown {cls.__name__} fields {bad}; allowed: {', '.join(sorted(names))}")
+    return cls(**merged)

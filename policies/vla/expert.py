@@ -1,0 +1,92 @@
+"""The action expert: a small transformer over [state token; K noisy action tokens] whose
+layer l attends to [prefix keys/values of LM layer l ; its own keys/values].
+
+The prefix KV cache is explicit: `ActionExpert.forward` takes the list of per-layer
+(keys, values) [B, Hkv, T, Dh] computed once per `act`, so N denoising steps cost N
+expert forwards and no LM forward. The expert's heads have the LM's head width Dh (its
+queries meet the LM's keys); its hidden width is its own (smaller).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def sinusoidal_time(t: torch.Tensor, dim: int, min_period: float, max_period: float) -> torch.Tensor:
+    """float [B] times in [0, 1] -> float [B, dim] sin/cos features at log-spaced periods."""
+    frac = torch.linspace(0.0, 1.0, dim // 2, device=t.device, dtype=torch.float32)
+    period = min_period * (max_period / min_period) ** frac
+    angle = (2 * math.pi / period)[None, :] * t.float()[:, None]
+    return torch.cat([torch.sin(angle), torch.cos(angle)], dim=-1)
+
+
+class ExpertLayer(nn.Module):
+    """Pre-norm attention (own queries over prefix + own keys) and a gated MLP."""
+
+    def __init__(self, hidden: int, intermediate: int, heads: int, kv_heads: int, head_dim: int):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.norm1, self.norm2 = nn.RMSNorm(hidden, eps=1e-6), nn.RMSNorm(hidden, eps=1e-6)
+        self.q = nn.Linear(hidden, heads * head_dim, bias=False)
+        self.k = nn.Linear(hidden, kv_heads * head_dim, bias=False)
+        self.v = nn.Linear(hidden, kv_heads * head_dim, bias=False)
+        self.o = nn.Linear(heads * head_dim, hidden, bias=False)
+        self.gate = nn.Linear(hidden, intermediate, bias=False)
+        self.up = nn.Linear(hidden, intermediate, bias=False)
+        self.down = nn.Linear(intermediate, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor, prefix_k: torch.Tensor, prefix_v: torch.Tensor,
+                mask: torch.Tensor) -> torch.Tensor:
+        """x [B, S, H]; prefix_k/v [B, Hkv, T, Dh]; mask bool [B, 1, 1, T + S] (keys to see)."""
+        B, S, _ = x.shape
+        h = self.norm1(x)
+        q = self.q(h).view(B, S, self.heads, self.head_dim).transpose(1, 2)  # [B, Hq, S, Dh]
+        k = self.k(h).view(B, S, self.kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, S, Dh]
+        v = self.v(h).view(B, S, self.kv_heads, self.head_dim).transpose(1, 2)
+        keys = torch.cat([prefix_k.to(k.dtype), k], dim=2)  # [B, Hkv, T + S, Dh]
+        values = torch.cat([prefix_v.to(v.dtype), v], dim=2)
+        rep = self.heads // self.kv_heads  # grouped-query attention: share kv heads
+        keys, values = keys.repeat_interleave(rep, 1), values.repeat_interleave(rep, 1)
+        att = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # [B, Hq, S, Dh]
+        x = x + self.o(att.transpose(1, 2).reshape(B, S, -1))
+        h = self.norm2(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class ActionExpert(nn.Module):
+    """(prefix KV, state, noisy actions x_t, time t) -> velocity v [B, K, A_pad] ~ noise - actions."""
+
+    def __init__(self, layers: int, hidden: int, intermediate: int, heads: int, kv_heads: int,
+                 head_dim: int, state_width: int, action_width: int, chunk: int,
+                 min_period: float, max_period: float):
+        super().__init__()
+        self.hidden, self.min_period, self.max_period = hidden, min_period, max_period
+        self.state_in = nn.Linear(state_width, hidden)
+        self.action_in = nn.Linear(action_width, hidden)
+        self.action_time = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.SiLU(), nn.Linear(hidden, hidden))
+        self.position = nn.Parameter(torch.randn(1 + chunk, hidden) * 0.02)  # [state; K actions]
+        self.layers = nn.ModuleList(ExpertLayer(hidden, intermediate, heads, kv_heads, head_dim)
+                                    for _ in range(layers))
+        self.norm = nn.RMSNorm(hidden, eps=1e-6)
+        self.action_out = nn.Linear(hidden, action_width)
+
+    def forward(self, kv: list[tuple[torch.Tensor, torch.Tensor]], prefix_mask: torch.Tensor,
+                state: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """kv: per LM layer [B, Hkv, T, Dh]; prefix_mask bool [B, T]; state [B, S_pad];
+        x_t [B, K, A_pad]; t [B] -> v [B, K, A_pad]."""
+        B, K, _ = x_t.shape
+        dtype = self.action_in.weight.dtype
+        time = sinusoidal_time(t, self.hidden, self.min_period, self.max_period).to(dtype)  # [B, H]
+        act = self.action_in(x_t.to(dtype))  # [B, K, H]
+        act = self.action_time(torch.cat([act, time[:, None].expand(B, K, -1)], dim=-1))
+        tokens = torch.cat([self.state_in(state.to(dtype))[:, None], act], dim=1) + self.position
+        own = torch.ones(B, 1 + K, dtype=torch.bool, device=x_t.device)
+        mask = torch.cat([prefix_mask.to(x_t.device), own], dim=1)[:, None, None, :]  # [B, 1, 1, T + S]
+        x = tokens
+        for layer, (pk, pv) in zip(self.layers, kv):
+            x = layer(x, pk, pv, mask)
+        return self.action_out(self.norm(x[:, 1:]))

@@ -1,0 +1,139 @@
+"""Unit tests of the VLA policies: tokenizer, cached flow sampling, AR ratio, save/load."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from policies.base import Policy, PolicyLoadError
+from policies.tokenizer import InstructionTokenizer
+from policies.vla.autoregressive import ARVLA
+from policies.vla.config import ARVLAConfig, FlowVLAConfig, make_config
+from policies.vla.flow import FlowVLA
+
+INSTR = ["move the gripper to the target", "push the red cube onto the green square"]
+
+
+def _obs(B: int = 4, seed: int = 0) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    return {"state": torch.randn(B, 9, generator=g),
+            "rgb_front": torch.randint(0, 256, (B, 64, 64, 3), generator=g, dtype=torch.uint8),
+            "instruction": [INSTR[i % 2] for i in range(B)]}
+
+
+def test_tokenizer_trains_offline_and_round_trips(tmp_path):
+    tok = InstructionTokenizer.train(INSTR)
+    ids, mask = tok.batch(["Push the RED cube", "zebra"], max_length=8)
+    assert ids.shape == (2, 8) and mask.dtype == torch.bool
+    assert mask[0].sum() == 6 and ids[1, 1] == tok.unk_id  # [BOS] zebra->[UNK] [EOS]
+    tok.save(tmp_path)
+    again = InstructionTokenizer.load(tmp_path)
+    assert torch.equal(again.batch(INSTR, 12)[0], tok.batch(INSTR, 12)[0])
+    assert InstructionTokenizer.train(INSTR).tok.get_vocab() == tok.tok.get_vocab()  # deterministic
+
+
+def test_flow_act_shapes_and_sft_loss():
+    p = FlowVLA(FlowVLAConfig(num_steps=3))
+    obs = _obs()
+    loss = p.sft_loss({**obs, "action_valid": torch.ones(4, 4, dtype=torch.bool)}, torch.rand(4, 4, 4) * 2 - 1)
+    loss.backward()
+    assert loss.ndim == 0 and torch.isfinite(loss)
+    assert p.expert.action_out.weight.grad is not None and p.prefix.vision.embeddings.patch_embedding.weight.grad is not None
+    out = p.act(obs)
+    assert out.actions.shape == (4, 4, 4) and out.actions.abs().max() <= 1.0
+    assert out.replay["chain"].shape == (4, 3 + 1, 4, 32) and out.value.shape == (4,)
+    ev = p.evaluate(obs, out.replay)
+    assert torch.equal(ev.log_prob, out.log_prob) and torch.allclose(ev.value, out.value, atol=1e-6)
+
+
+@pytest.mark.parametrize("steps", [1, 4, 10])
+def test_flow_prefix_runs_once_per_act(steps):
+    """One prefix (vision + LM) forward, then N expert forwards that reuse its KV cache."""
+    p = FlowVLA(FlowVLAConfig(critic=False)).eval()
+    counts = {"vision": 0, "lm": 0, "expert": 0}
+    for key, module in (("vision", p.prefix.vision), ("lm", p.prefix.base), ("expert", p.expert)):
+        module.register_forward_hook(lambda *_, k=key: counts.__setitem__(k, counts[k] + 1))
+    p.act(_obs(), num_steps=steps)
+    assert counts == {"vision": 1, "lm": 1, "expert": steps}
+
+
+def test_flow_denoising_reuses_the_same_cache():
+    """Sampling through the cache equals recomputing the prefix at every step."""
+    p = FlowVLA(FlowVLAConfig(num_steps=4, critic=False)).eval()
+    obs = _obs()
+    prefix, state = p.encode(obs)
+    noise = torch.randn(4, 4, 32)
+    with torch.no_grad():
+        cached = p.sample(prefix, state, noise, 4)[:, -1]
+        x = noise
+        for i in range(4):
+            fresh, _ = p.encode(obs)
+            x = x - p.velocity(fresh, state, x, torch.full((4,), 1.0 - i / 4)) / 4
+    torch.testing.assert_close(cached, x, atol=1e-5, rtol=0)
+
+
+def test_ar_evaluate_reproduces_act_log_prob():
+    p = ARVLA(ARVLAConfig(temperature=1.6)).eval()
+    obs = _obs(6)
+    out = p.act(obs, deterministic=False)
+    assert out.replay["bins"].shape == (6, 16) and out.replay["bins"].dtype == torch.long
+    with torch.no_grad():
+        ev = p.evaluate(obs, out.replay)
+    ratio = torch.exp(ev.log_prob - out.log_prob)
+    assert (ratio - 1).abs().max() < 1e-5
+    # The cached decoding's own log-prob agrees with the teacher-forced one up to float error.
+    assert (out.replay["decode_log_prob"] - out.log_prob).abs().max() < 1e-3
+    assert (ev.entropy > 0).all() and ev.value.shape == (6,)
+
+
+def test_ar_bins_round_trip():
+    p = ARVLA(ARVLAConfig())
+    a = torch.rand(3, 4, 4) * 2 - 1
+    bins = p.to_bins(a)
+    assert bins.min() >= 0 and bins.max() < 256
+    assert (p.from_bins(bins) - a).abs().max() <= 1.0 / 256 + 1e-6
+    assert p.base_id == p.text_vocab  # action ids sit at the end of the vocabulary
+
+
+@pytest.mark.parametrize("cls,cfg_cls", [(FlowVLA, FlowVLAConfig), (ARVLA, ARVLAConfig)])
+def test_save_load_bit_identical(tmp_path, cls, cfg_cls):
+    p = cls(make_config(cfg_cls, "tiny", chunk_size=2)).eval()
+    p.set_stats({"state": {"mean": [0.1] * 9, "std": [2.0] * 9}, "action": {"mean": [0.0] * 4, "std": [0.5] * 4}})
+    p.save_pretrained(tmp_path / "ckpt")
+    assert (tmp_path / "ckpt" / "tokenizer.json").is_file()
+    q = Policy.from_pretrained(tmp_path / "ckpt").eval()
+    assert type(q) is cls and torch.equal(q.state_stats.std, p.state_stats.std)
+    obs = _obs()
+    a, b = p.act(obs, deterministic=True), q.act(obs, deterministic=True)
+    assert torch.equal(a.actions, b.actions) and torch.equal(a.value, b.value)
+    torch.manual_seed(1)
+    la = p.sft_loss(obs, torch.zeros(4, 2, 4))
+    torch.manual_seed(1)
+    assert torch.equal(la, q.sft_loss(obs, torch.zeros(4, 2, 4)))
+
+
+def test_bad_checkpoints_give_one_line_errors(tmp_path):
+    p = FlowVLA(FlowVLAConfig())
+    d = tmp_path / "ckpt"
+    p.save_pretrained(d)
+    state = load_file(str(d / "model.safetensors"))
+    del state["expert.action_out.bias"]
+    save_file(state, str(d / "model.safetensors"))
+    with pytest.raises(PolicyLoadError, match=r"missing \['expert.action_out.bias'\]") as e:
+        Policy.from_pretrained(d)
+    assert "\n" not in str(e.value)
+
+    p.save_pretrained(d)
+    meta = json.loads((d / "config.json").read_text())
+    meta["config"]["expert_hidden"] = 32
+    (d / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(PolicyLoadError, match="shape mismatch") as e:
+        FlowVLA.from_pretrained(d)
+    assert "\n" not in str(e.value)
+    with pytest.raises(PolicyLoadError, match="not a policy directory"):
+        Policy.from_pretrained(tmp_path / "nothing")
+    with pytest.raises(PolicyLoadError, match="holds a 'flow_vla' policy"):
+        ARVLA.from_pretrained(d)
