@@ -36,8 +36,9 @@ import torch
 from robot_bridge import ros_types as rt
 from robot_bridge.cli_args import robot_sim_arguments
 from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, make_transport
+from sims.mujoco.env import MujocoVecEnv
 
-JOINTS = ("x", "y", "z", "finger_left", "finger_right")
+JOINTS = MujocoVecEnv.JOINT_NAMES
 
 
 @dataclass
@@ -88,11 +89,8 @@ class SimRobotNode:
         self.stamp = time.time()
 
     def _joint_state(self) -> tuple[np.ndarray, np.ndarray]:
-        env, h = self.env, self.env._h
-        q, v = env._qpos[0], env._qvel[0]
-        pos = np.concatenate([q[h.tcp_qpos], q[h.finger_qpos]])
-        vel = np.concatenate([v[h.tcp_qvel], v[h.finger_qvel]])
-        return pos, vel
+        pos, vel = self.env.joint_state()
+        return pos[0], vel[0]
 
     def publish_frame(self) -> None:
         t = self.stamp

@@ -300,6 +300,16 @@ class MujocoVecEnv(VecEnv):
                                valid=t(valid), final_obs=final)
 
     # ------------------------------------------------------------------ checkpoints
+    JOINT_NAMES = ("x", "y", "z", "finger_left", "finger_right")
+
+    def joint_state(self) -> tuple[np.ndarray, np.ndarray]:
+        """Positions and velocities float64 [B, 5] of the gripper's joints (JOINT_NAMES):
+        the x, y, z slides (m) and the two finger slides (m), as a robot driver reports them."""
+        h = self._h
+        pos = np.concatenate([self._qpos[:, h.tcp_qpos], self._qpos[:, h.finger_qpos]], axis=1)
+        vel = np.concatenate([self._qvel[:, h.tcp_qvel], self._qvel[:, h.finger_qvel]], axis=1)
+        return pos, vel
+
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {
             "task": self.spec.task,
