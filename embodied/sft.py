@@ -1,0 +1,219 @@
+"""Supervised fine-tuning (SFT) of a VLA policy on demonstrations (`embodied sft CONFIG`).
+
+The dataset is any torch Dataset whose items are dicts with "rgb_<cam>" uint8 [H, W, 3],
+"state" float32 [S], "instruction" str, "actions" float32 [K, A], "action_valid" bool [K]
+(the LeRobotDataset layout), and which has `.stats` ({"state": {"mean", "std"}, "action":
+{...}}) for the policy's normalisation buffers.
+
+The loop, top to bottom: batch -> policy.sft_loss (optional bf16 autocast) -> backward ->
+clip -> AdamW step -> warm-up + cosine learning rate; every `eval_every` steps a seeded
+evaluation in the simulator (embodied.evaluate.evaluate); every `save_every` steps a
+save_pretrained directory written atomically (tmp dir + rename); TensorBoard scalars
+under sft/ and eval/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from embodied.config import ConfigError, from_dict
+
+
+@dataclass
+class SFTConfig:
+    policy: Literal["flow_vla", "ar_vla"] = "flow_vla"
+    preset: str = "tiny"  # policies.vla.config.PRESETS
+    init_from: str | None = None  # a save_pretrained directory to fine-tune instead
+    chunk_size: int = 4  # K
+    num_steps: int = 10  # flow: Euler steps in act
+    cameras: list[str] = field(default_factory=lambda: ["front"])
+    dataset: str = ""  # LeRobot v3 dataset root (embodied.lerobot.LeRobotDataset)
+    task: str = "Reach"  # evaluation task
+    image_size: int = 64
+    steps: int = 2000  # gradient steps
+    batch_size: int = 32
+    lr: float = 3e-4
+    weight_decay: float = 0.01
+    warmup_steps: int = 100
+    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
+    grad_clip: float = 1.0
+    bf16: bool = False  # bf16 autocast (helps on GPUs and recent CPUs)
+    eval_every: int = 500  # steps; 0 disables periodic evaluation
+    eval_episodes: int = 20
+    eval_envs: int = 10
+    save_every: int = 1000  # steps; 0: only the final checkpoint
+    run_dir: str = "runs/sft"
+    seed: int = 0
+    torch_threads: int = 0  # 0 = leave torch's default
+    num_workers: int = 0
+    device: str = "cpu"
+
+
+def load_sft_config(path: str | Path, overrides: list[str] = ()) -> SFTConfig:
+    """YAML file (a flat mapping of SFTConfig fields) plus key=value overrides; one-line errors."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    raw = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of SFT settings")
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r}: expected key=value, e.g. lr=1e-4")
+        raw[key.strip()] = yaml.safe_load(value)
+    return from_dict(SFTConfig, raw)
+
+
+def build_policy(cfg: SFTConfig, stats: dict[str, Any] | None = None) -> Any:
+    """A fresh tiny/real VLA from cfg (or cfg.init_from), with the dataset's stats set."""
+    from policies.registry import policy_class
+    from policies.vla.config import make_config
+
+    klass = policy_class(cfg.policy)
+    if cfg.init_from:
+        policy = klass.from_pretrained(cfg.init_from)
+    else:
+        extra = {"num_steps": cfg.num_steps} if cfg.policy == "flow_vla" else {}
+        policy = klass(make_config(klass.config_class, cfg.preset, chunk_size=cfg.chunk_size,
+                                   cameras=list(cfg.cameras), **extra))
+    if stats is not None and not cfg.init_from:
+        policy.set_stats(stats)
+    return policy
+
+
+def lr_lambda(cfg: SFTConfig) -> Callable[[int], float]:
+    """Linear warm-up to 1, then cosine to min_lr_ratio at cfg.steps."""
+    def f(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        p = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps))
+        return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * p))
+    return f
+
+
+def save_atomic(policy: Any, path: Path) -> Path:
+    """save_pretrained into path.tmp, then rename onto path (replacing an older one)."""
+    tmp, old = path.with_name(path.name + ".tmp"), path.with_name(path.name + ".old")
+    for p in (tmp, old):
+        shutil.rmtree(p, ignore_errors=True)
+    policy.save_pretrained(tmp)
+    if path.exists():
+        os.rename(path, old)
+    os.rename(tmp, path)
+    shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
+def _obs(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    return {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in batch.items() if k != "actions"}
+
+
+def train_sft(policy: Any, dataset: Dataset, cfg: SFTConfig, eval_env: Any = None,
+              log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Fit `policy` to `dataset` for cfg.steps steps; returns a summary (losses, evals, paths)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from embodied.evaluate import evaluate
+
+    torch.manual_seed(cfg.seed)
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
+    device = torch.device(cfg.device)
+    policy.to(device).train()
+    run = Path(cfg.run_dir)
+    writer = SummaryWriter(str(run / "tb"))
+    loader = DataLoader(dataset, batch_size=cfg.batch_size, shuffle=True, drop_last=True,
+                        num_workers=cfg.num_workers, generator=torch.Generator().manual_seed(cfg.seed))
+    params = [p for p in policy.actor_parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg))
+    seeds = list(range(10_000, 10_000 + cfg.eval_episodes))
+    summary: dict[str, Any] = {"loss": [], "eval": [], "checkpoints": []}
+
+    def run_eval(step: int) -> None:
+        policy.eval()
+        res = evaluate(policy, eval_env, seeds)
+        policy.train()
+        writer.add_scalar("eval/success_rate", res.success_rate, step)
+        writer.add_scalar("eval/episode_length", res.episode_length, step)
+        summary["eval"].append((step, res.success_rate))
+        log(f"step {step}: eval success {res.success_rate:.2f} over {len(seeds)} episodes")
+
+    step, t0, samples = 0, time.perf_counter(), 0
+    while step < cfg.steps:
+        for batch in loader:
+            obs = _obs(batch, device)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
+                loss = policy.sft_loss(obs, batch["actions"].to(device))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+            opt.step()
+            sched.step()
+            step += 1
+            samples += batch["actions"].shape[0]
+            summary["loss"].append(loss.item())
+            if step % 50 == 0 or step == cfg.steps:
+                sps = samples / (time.perf_counter() - t0)
+                writer.add_scalar("sft/loss", loss.item(), step)
+                writer.add_scalar("sft/grad_norm", float(grad_norm), step)
+                writer.add_scalar("sft/lr", sched.get_last_lr()[0], step)
+                writer.add_scalar("time/samples_per_s", sps, step)
+            if eval_env is not None and cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.steps:
+                run_eval(step)
+            if cfg.save_every and step % cfg.save_every == 0 and step < cfg.steps:
+                summary["checkpoints"].append(str(save_atomic(policy, run / f"step_{step:07d}")))
+            if step >= cfg.steps:
+                break
+    summary["samples_per_s"] = samples / (time.perf_counter() - t0)
+    if eval_env is not None:
+        run_eval(step)
+    summary["final"] = str(save_atomic(policy, run / "final"))
+    writer.close()
+    policy.eval()
+    return summary
+
+
+def cmd_sft(args: argparse.Namespace) -> int:
+    """`embodied sft CONFIG [key=value ...]`: SFT on a LeRobot dataset, evaluated in the sim."""
+    from embodied.lerobot import LeRobotDataset  # written alongside; the LeRobot v3 reader
+    from sims.registry import make_env
+
+    cfg = load_sft_config(args.config, args.overrides)
+    if not cfg.dataset:
+        raise ConfigError("dataset: set the LeRobot dataset root, e.g. dataset=data/reach")
+    dataset = LeRobotDataset(cfg.dataset, chunk_size=cfg.chunk_size)
+    policy = build_policy(cfg, dataset.stats)
+    env = None
+    if cfg.eval_every or cfg.eval_episodes:
+        env = make_env(cfg.task, cfg.eval_envs, obs_mode="rgb", image_size=cfg.image_size,
+                       cameras=tuple(cfg.cameras))
+    summary = train_sft(policy, dataset, cfg, env)
+    if env is not None:
+        env.close()
+    print(f"final checkpoint: {summary['final']}")
+    if summary["eval"]:
+        print(f"success rate: {summary['eval'][-1][1]:.2f}")
+    print(f"tensorboard: {Path(cfg.run_dir) / 'tb'}")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add `sft CONFIG [overrides...]` to an argparse subparsers object."""
+    p = subparsers.add_parser("sft", help="supervised fine-tuning of a VLA on a LeRobot dataset")
+    p.add_argument("config", help="SFT YAML config (fields of embodied.sft.SFTConfig)")
+    p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. steps=500")
+    p.set_defaults(func=cmd_sft)

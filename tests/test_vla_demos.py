@@ -1,0 +1,95 @@
+"""Test helper: an in-memory demo dataset with the LeRobotDataset item layout, made by
+running a task's scripted expert in the simulator; plus a test of that layout.
+
+Items: "rgb_front" uint8 [H, W, 3] (and "rgb_<cam>" per extra camera), "state" float32 [9],
+"instruction" str, "actions" float32 [K, 4] (the next K expert actions, the last one
+repeated past the episode's end), "action_valid" bool [K]. `.stats` holds per-dimension
+mean / std of state and actions.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from sims.registry import expert_for, make_env
+
+
+class ExpertDemos(torch.utils.data.Dataset):
+    def __init__(self, items: list[dict[str, Any]], stats: dict[str, dict[str, list[float]]]):
+        self.items, self.stats = items, stats
+        self.info = {"episodes": len({it["episode"] for it in items})}
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {k: v for k, v in self.items[i].items() if k != "episode"}
+
+
+def build_expert_demos(task: str, episodes: int, chunk_size: int, seed: int = 0, num_envs: int = 16,
+                       image_size: int = 64, cameras: Sequence[str] = ("front",),
+                       noise_std: float = 0.0) -> ExpertDemos:
+    """Run the expert on `episodes` seeded episodes (seed, seed + 1, ...); keep successful ones.
+
+    With noise_std > 0 the executed action is the expert's plus Gaussian noise while the
+    label stays the clean expert action (DART-style), so the data covers recoveries.
+    """
+    expert = expert_for(task)
+    rng = np.random.default_rng(seed)
+    env = make_env(task, num_envs, obs_mode="rgb", image_size=image_size, cameras=tuple(cameras))
+    items: list[dict[str, Any]] = []
+    for start in range(seed, seed + episodes, num_envs):
+        seeds = list(range(start, min(start + num_envs, seed + episodes)))
+        seeds += [seeds[-1]] * (num_envs - len(seeds))
+        obs, _ = env.reset(seed=seeds)
+        steps: list[list[dict[str, Any]]] = [[] for _ in range(num_envs)]
+        active, ok = np.ones(num_envs, bool), np.zeros(num_envs, bool)
+        while active.any():
+            clean = expert(obs["privileged"].numpy()).astype(np.float32)
+            noisy = np.clip(clean + rng.normal(0.0, noise_std, clean.shape) * (noise_std > 0), -1, 1)
+            for i in np.flatnonzero(active):
+                steps[i].append({**{f"rgb_{c}": obs[f"rgb_{c}"][i].clone() for c in cameras},
+                                 "state": obs["state"][i].clone(), "instruction": obs["instruction"][i],
+                                 "action": torch.from_numpy(clean[i])})
+            res = env.step(torch.from_numpy(noisy.astype(np.float32)))
+            done = res.done.numpy()
+            ok |= active & done & res.info["success"].numpy()
+            active &= ~done
+            obs = res.obs
+        for i in range(len(set(seeds))):
+            if ok[i]:
+                items += _windows(steps[i], chunk_size, episode=seeds[i])
+    env.close()
+    states = torch.stack([it["state"] for it in items])
+    acts = torch.stack([it["actions"][0] for it in items])
+    stats = {"state": {"mean": states.mean(0).tolist(), "std": states.std(0).tolist()},
+             "action": {"mean": acts.mean(0).tolist(), "std": acts.std(0).tolist()}}
+    return ExpertDemos(items, stats)
+
+
+def _windows(steps: list[dict[str, Any]], K: int, episode: int) -> list[dict[str, Any]]:
+    actions = torch.stack([s["action"] for s in steps])  # [T, A]
+    T = len(steps)
+    out = []
+    for t, s in enumerate(steps):
+        idx = torch.arange(t, t + K).clamp(max=T - 1)
+        item = {k: v for k, v in s.items() if k != "action"}
+        item.update(actions=actions[idx], action_valid=torch.arange(t, t + K) < T, episode=episode)
+        out.append(item)
+    return out
+
+
+def test_expert_demos_layout():
+    ds = build_expert_demos("Reach", episodes=4, chunk_size=4, num_envs=4)
+    assert len(ds) > 4 * 5
+    it = ds[0]
+    assert it["rgb_front"].dtype == torch.uint8 and it["rgb_front"].shape == (64, 64, 3)
+    assert it["state"].shape == (9,) and it["actions"].shape == (4, 4)
+    assert it["action_valid"].dtype == torch.bool and isinstance(it["instruction"], str)
+    last = ds[len(ds) - 1]  # the final step of an episode: only its first action is real
+    assert last["action_valid"].tolist() == [True, False, False, False]
+    assert torch.equal(last["actions"][1], last["actions"][0])
+    assert len(ds.stats["state"]["mean"]) == 9 and len(ds.stats["action"]["std"]) == 4
