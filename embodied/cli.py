@@ -122,6 +122,9 @@ def parser() -> argparse.ArgumentParser:
     sv = sub.add_parser("serve", help="serve a checkpoint as a ROS 2 policy node")
     serve_arguments(sv)
     sv.set_defaults(fn=cmd_serve)
+    from embodied.sft import register as register_sft
+
+    register_sft(sub)
     ls = sub.add_parser("list", help="list tasks and configs")
     ls.set_defaults(fn=cmd_list)
     return p

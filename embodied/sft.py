@@ -216,4 +216,4 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("sft", help="supervised fine-tuning of a VLA on a LeRobot dataset")
     p.add_argument("config", help="SFT YAML config (fields of embodied.sft.SFTConfig)")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. steps=500")
-    p.set_defaults(func=cmd_sft)
+    p.set_defaults(fn=cmd_sft)

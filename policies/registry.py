@@ -4,19 +4,26 @@ from __future__ import annotations
 
 from typing import Any
 
+import importlib
+
 from policies.base import Policy, PolicyLoadError
 from policies.cnn import CNNActorCritic, CNNConfig
 from policies.mlp import MLPActorCritic, MLPConfig
-from policies.vla.autoregressive import ARVLA
-from policies.vla.flow import FlowVLA
 
-POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (MLPActorCritic, CNNActorCritic, FlowVLA, ARVLA)}
+# name -> "module:Class"; imported on first use, so the baselines never load transformers.
+POLICIES: dict[str, str] = {
+    "mlp": "policies.mlp:MLPActorCritic",
+    "cnn": "policies.cnn:CNNActorCritic",
+    "flow_vla": "policies.vla.flow:FlowVLA",
+    "ar_vla": "policies.vla.autoregressive:ARVLA",
+}
 
 
 def policy_class(name: str) -> type[Policy]:
     if name not in POLICIES:
         raise PolicyLoadError(f"unknown policy '{name}'; allowed: {', '.join(sorted(POLICIES))}")
-    return POLICIES[name]
+    module, cls = POLICIES[name].split(":")
+    return getattr(importlib.import_module(module), cls)
 
 
 def build_mlp(cfg: Any, spec: Any) -> MLPActorCritic:
