@@ -90,31 +90,40 @@ def sft_throughput(device: torch.device, steps: int, batch: int = 32) -> dict[st
     return out
 
 
-def learn(task: str, policy_name: str, episodes: int, minutes: float, eval_episodes: int) -> dict:
-    """SFT on expert demos of `task` for a wall-clock budget; success in the simulator."""
+def learn(task: str, policy_name: str, episodes: int, minutes: float, eval_episodes: int,
+          cameras: tuple[str, ...] = ("front",), image_size: int = 64, execute_steps: int = 0,
+          lr: float = 1e-3, chunk_size: int = 4, noise_std: float = 0.3) -> dict:
+    """SFT on expert demos of `task` for a wall-clock budget (demo collection, training and
+    the final evaluation all count); success in the simulator over eval_episodes seeds."""
     from embodied.sft import SFTConfig, build_policy, train_sft
     from sims.registry import make_env
     from test_vla_demos import build_expert_demos
 
     t0 = time.perf_counter()
-    demos = build_expert_demos(task, episodes, chunk_size=4, num_envs=16, noise_std=0.3)
+    demos = build_expert_demos(task, episodes, chunk_size=chunk_size, num_envs=16, noise_std=noise_std,
+                               image_size=image_size, cameras=cameras)
     t_demo = time.perf_counter() - t0
-    probe = SFTConfig(policy=policy_name, steps=20, batch_size=32, torch_threads=torch.get_num_threads())
+    common = dict(policy=policy_name, batch_size=32, torch_threads=torch.get_num_threads(), chunk_size=chunk_size,
+                  cameras=list(cameras), image_size=image_size, execute_steps=execute_steps, num_steps=5)
+    probe = SFTConfig(steps=20, **common)
     p = build_policy(probe, demos.stats)
     t = time.perf_counter()
     train_sft(p, demos, SFTConfig(**{**probe.__dict__, "eval_every": 0, "save_every": 0,
-                                     "run_dir": "/tmp/bench_vla_probe"}), log=lambda _: None)
+                                     "run_dir": f"/tmp/bench_vla_probe_{policy_name}"}), log=lambda _: None)
     per_step = (time.perf_counter() - t) / 20
     budget = minutes * 60 - t_demo - 90  # leave time for the evaluation
     steps = max(100, int(budget / per_step))
-    cfg = SFTConfig(policy=policy_name, steps=steps, batch_size=32, lr=1e-3, warmup_steps=100,
-                    eval_every=0, save_every=0, eval_episodes=eval_episodes, task=task,
-                    run_dir=f"/tmp/bench_vla_{task}_{policy_name}", torch_threads=torch.get_num_threads())
-    env = make_env(task, min(eval_episodes, 25), obs_mode="rgb", image_size=64, num_threads=1)
+    cfg = SFTConfig(steps=steps, lr=lr, warmup_steps=100, eval_every=0, save_every=0,
+                    eval_episodes=eval_episodes, task=task, run_dir=f"/tmp/bench_vla_{task}_{policy_name}",
+                    **common)
+    env = make_env(task, min(eval_episodes, 25), obs_mode="rgb", image_size=image_size,
+                   cameras=tuple(cameras), num_threads=1)
     p = build_policy(cfg, demos.stats)
     summary = train_sft(p, demos, cfg, env)
     env.close()
-    return {"task": task, "policy": policy_name, "demo_items": len(demos), "sft_steps": steps,
+    return {"task": task, "policy": policy_name, "episodes": episodes, "demo_items": len(demos),
+            "cameras": list(cameras), "image_size": image_size, "execute_steps": execute_steps,
+            "sft_steps": steps, "demo_minutes": t_demo / 60, "eval_episodes": eval_episodes,
             "success_rate": summary["eval"][-1][1], "minutes": (time.perf_counter() - t0) / 60,
             "final_loss": statistics.mean(summary["loss"][-50:])}
 
@@ -128,6 +137,10 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=300)
     ap.add_argument("--minutes", type=float, default=15.0)
     ap.add_argument("--eval-episodes", type=int, default=50)
+    ap.add_argument("--cameras", default="front", help="comma-separated, e.g. front,wrist")
+    ap.add_argument("--image-size", type=int, default=64)
+    ap.add_argument("--execute-steps", type=int, default=0, help="actions of each chunk executed (0: all)")
+    ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -136,7 +149,10 @@ def main() -> None:
     res: dict = {"machine": f"{platform.node()} {os.cpu_count()} cpus, torch {torch.__version__}, "
                             f"{device}, {args.threads} threads", "date": time.strftime("%Y-%m-%d")}
     if args.learn:
-        res["learn"] = learn(args.learn, args.policy, args.episodes, args.minutes, args.eval_episodes)
+        res["load_avg_1m_start"] = os.getloadavg()[0]
+        res["learn"] = learn(args.learn, args.policy, args.episodes, args.minutes, args.eval_episodes,
+                             tuple(args.cameras.split(",")), args.image_size, args.execute_steps, args.lr)
+        res["load_avg_1m_end"] = os.getloadavg()[0]
     else:
         res.update(latency(device, args.repeats))
         res.update(sft_throughput(device, args.repeats))

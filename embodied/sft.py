@@ -36,10 +36,12 @@ class SFTConfig:
     init_from: str | None = None  # a save_pretrained directory to fine-tune instead
     chunk_size: int = 4  # K
     num_steps: int = 10  # flow: Euler steps in act
+    execute_steps: int = 0  # actions of each chunk executed before re-planning (0 = all K)
     cameras: list[str] = field(default_factory=lambda: ["front"])
     dataset: str = ""  # LeRobot v3 dataset root (embodied.lerobot.LeRobotDataset)
     task: str = "Reach"  # evaluation task
-    image_size: int = 64
+    image_size: int = 64  # rendered images; also the tiny preset's vision input size
+    patch_size: int = 0  # tiny preset's vision patch size (0: the preset's, 16)
     steps: int = 2000  # gradient steps
     batch_size: int = 32
     lr: float = 3e-4
@@ -86,9 +88,16 @@ def build_policy(cfg: SFTConfig, stats: dict[str, Any] | None = None) -> Any:
     if cfg.init_from:
         policy = klass.from_pretrained(cfg.init_from)
     else:
-        extra = {"num_steps": cfg.num_steps} if cfg.policy == "flow_vla" else {}
+        extra: dict[str, Any] = {"num_steps": cfg.num_steps} if cfg.policy == "flow_vla" else {}
+        if cfg.preset == "tiny":
+            vision = make_config(klass.config_class, cfg.preset).vision
+            vision["image_size"] = cfg.image_size
+            if cfg.patch_size:
+                vision["patch_size"] = cfg.patch_size
+            extra["vision"] = vision
         policy = klass(make_config(klass.config_class, cfg.preset, chunk_size=cfg.chunk_size,
                                    cameras=list(cfg.cameras), **extra))
+    policy.config.execute_steps = cfg.execute_steps
     if stats is not None and not cfg.init_from:
         policy.set_stats(stats)
     return policy

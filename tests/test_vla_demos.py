@@ -9,7 +9,7 @@ mean / std of state and actions.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -31,11 +31,13 @@ class ExpertDemos(torch.utils.data.Dataset):
 
 def build_expert_demos(task: str, episodes: int, chunk_size: int, seed: int = 0, num_envs: int = 16,
                        image_size: int = 64, cameras: Sequence[str] = ("front",),
-                       noise_std: float = 0.0) -> ExpertDemos:
+                       noise_std: float = 0.0,
+                       state_fn: Callable[[dict[str, Any]], torch.Tensor] | None = None) -> ExpertDemos:
     """Run the expert on `episodes` seeded episodes (seed, seed + 1, ...); keep successful ones.
 
     With noise_std > 0 the executed action is the expert's plus Gaussian noise while the
     label stays the clean expert action (DART-style), so the data covers recoveries.
+    state_fn (diagnostics only): obs -> the float [B, S'] stored as "state" instead of obs["state"].
     """
     expert = expert_for(task)
     rng = np.random.default_rng(seed)
@@ -50,9 +52,10 @@ def build_expert_demos(task: str, episodes: int, chunk_size: int, seed: int = 0,
         while active.any():
             clean = expert(obs["privileged"].numpy()).astype(np.float32)
             noisy = np.clip(clean + rng.normal(0.0, noise_std, clean.shape) * (noise_std > 0), -1, 1)
+            state = obs["state"] if state_fn is None else state_fn(obs)
             for i in np.flatnonzero(active):
                 steps[i].append({**{f"rgb_{c}": obs[f"rgb_{c}"][i].clone() for c in cameras},
-                                 "state": obs["state"][i].clone(), "instruction": obs["instruction"][i],
+                                 "state": state[i].clone(), "instruction": obs["instruction"][i],
                                  "action": torch.from_numpy(clean[i])})
             res = env.step(torch.from_numpy(noisy.astype(np.float32)))
             done = res.done.numpy()

@@ -71,7 +71,7 @@ class ARVLA(VLAPolicy):
     # -- Policy contract -------------------------------------------------------------
     @torch.no_grad()
     def act(self, obs: dict[str, Any], deterministic: bool = False) -> ActOutput:
-        """Chunk float32 [B, K, A]; log_prob [B] = sum of the M tokens' log-probs;
+        """Chunk float32 [B, n, A] (n = execute_steps or K); log_prob [B] = sum of the M tokens' log-probs;
         replay {"bins": int64 [B, M], "decode_log_prob": float [B] (the cached decoding's own sum)}."""
         embeds, mask = self._prefix_embeds(obs)
         hidden, cache = self.prefix.run(embeds, mask)
@@ -95,7 +95,7 @@ class ARVLA(VLAPolicy):
         # (about 1e-7 per token, tested), and this way the first PPO ratio is exactly 1.
         logp, _ = self._teacher_forced(obs, bins_t)
         log_prob = logp.gather(-1, bins_t[..., None]).squeeze(-1).sum(-1)
-        return ActOutput(self.from_bins(bins_t), log_prob, value, {"bins": bins_t, "decode_log_prob": decoded})
+        return ActOutput(self.executed(self.from_bins(bins_t)), log_prob, value, {"bins": bins_t, "decode_log_prob": decoded})
 
     def _teacher_forced(self, obs: dict[str, Any], bins: torch.Tensor,
                         temperature: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -88,6 +88,11 @@ class VLAPolicy(Policy):
         s = self.state_stats.normalize(obs["state"][:, :self.config.state_dim].to(self.device))
         return nn.functional.pad(s, (0, self.config.max_state_dim - s.shape[1]))
 
+    def executed(self, actions: torch.Tensor) -> torch.Tensor:
+        """Chunk [B, K, A] -> the part to execute [B, n, A] (receding horizon, `execute_steps`)."""
+        n = self.config.execute_steps
+        return actions[:, :n] if 0 < n < actions.shape[1] else actions
+
     def value_from(self, features: torch.Tensor) -> torch.Tensor | None:
         """Critic on detached features [B, D] -> [B] (None without a critic)."""
         if self.critic is None:

@@ -34,6 +34,7 @@ class VLAConfig:
     action_dim: int = 4  # A: real action width
     state_dim: int = 9  # S: real proprioception width
     chunk_size: int = 4  # K: actions per chunk
+    execute_steps: int = 0  # act returns the first n actions of each chunk (receding horizon); 0 = all K
     max_state_dim: int = 32  # state padded to this width (zeros, masked)
     max_action_dim: int = 32  # actions padded to this width (flow policy)
     cameras: list[str] = field(default_factory=lambda: ["front"])  # obs keys rgb_<cam>

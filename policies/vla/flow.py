@@ -93,7 +93,7 @@ class FlowVLA(VLAPolicy):
 
     @torch.no_grad()
     def act(self, obs: dict[str, Any], deterministic: bool = False, num_steps: int | None = None) -> ActOutput:
-        """Chunk float32 [B, K, A] in [-1, 1]; replay {"chain": [B, N+1, K, A_pad],
+        """Chunk float32 [B, n, A] in [-1, 1] (n = execute_steps or K); replay {"chain": [B, N+1, K, A_pad],
         "stochastic": bool [B, N]}."""
         N = num_steps or self.config.num_steps
         prefix, state = self.encode(obs)
@@ -104,7 +104,7 @@ class FlowVLA(VLAPolicy):
         actions = self.action_stats.unnormalize(chain[:, -1, :, :self.config.action_dim]).clamp(-1.0, 1.0)
         value = self.value_from(masked_mean(prefix.hidden, prefix.mask))
         replay = {"chain": chain, "stochastic": torch.zeros(B, N, dtype=torch.bool, device=self.device)}
-        return ActOutput(actions, torch.zeros(B, device=self.device), value, replay)
+        return ActOutput(self.executed(actions), torch.zeros(B, device=self.device), value, replay)
 
     def evaluate(self, obs: dict[str, Any], replay: dict[str, torch.Tensor]) -> Evaluation:
         """The ODE chain has no stochastic step yet: log_prob and entropy are 0 [B]."""
