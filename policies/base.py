@@ -78,18 +78,28 @@ class Policy(nn.Module, abc.ABC):
 
     # -- Hugging Face style persistence ------------------------------------
     def save_pretrained(self, path: str | Path) -> None:
-        """Write config.json and model.safetensors into directory `path`."""
+        """Write config.json, model.safetensors and any extras into directory `path`."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        meta = {"policy": self.name, "config": asdict(self.config)}
+        meta = {"policy": self.name, "config": self.config_dict()}
         (path / "config.json").write_text(json.dumps(meta, indent=2))
-        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        save_file(state, str(path / "model.safetensors"))
+        save_file(self.weights_to_save(), str(path / "model.safetensors"))
+        self.save_extras(path)
+
+    def config_dict(self) -> dict[str, Any]:
+        """The config as saved in config.json."""
+        return asdict(self.config)
+
+    def weights_to_save(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+
+    def save_extras(self, path: Path) -> None:
+        """Files beside the weights (a tokenizer, say); none by default."""
 
     @classmethod
     def from_pretrained(cls, path: str | Path, **config_overrides: Any) -> "Policy":
-        """Load a directory written by save_pretrained; never downloads."""
-        from policies.registry import policy_class  # late: the registry imports subclasses
+        """Load a directory written by save_pretrained, whatever its policy class; never downloads."""
+        from policies.registry import policy_class  # late: the registry names subclasses
 
         path = Path(path)
         cfg_file, weights = path / "config.json", path / "model.safetensors"
@@ -97,11 +107,19 @@ class Policy(nn.Module, abc.ABC):
             raise PolicyLoadError(f"{path}: not a policy directory (needs config.json and model.safetensors)")
         meta = json.loads(cfg_file.read_text())
         klass = policy_class(meta.get("policy", "?"))
-        if cls is not Policy and not issubclass(klass, cls):
+        if not issubclass(klass, cls):
             raise PolicyLoadError(f"{path}: holds a '{klass.name}' policy, not a {cls.__name__}")
-        config = klass.config_class(**{**meta["config"], **config_overrides})
-        policy = klass(config)
-        load_weights(policy, load_file(str(weights)), str(path))
+        try:
+            config = klass.config_class(**{**meta["config"], **config_overrides})
+        except TypeError as e:
+            raise PolicyLoadError(f"{path}: config.json does not fit {klass.config_class.__name__} ({e})") from None
+        return klass.load_from(path, config, load_file(str(weights)))
+
+    @classmethod
+    def load_from(cls, path: Path, config: Any, state: dict[str, torch.Tensor]) -> "Policy":
+        """Build the policy from its config and load `state` (a subclass may rebuild more)."""
+        policy = cls(config)
+        load_weights(policy, state, str(path))
         return policy
 
 

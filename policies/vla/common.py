@@ -7,16 +7,14 @@ actions [A] as buffers (saved with the weights); x_norm = (x - mean) / max(std, 
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Mapping
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 
-from policies.base import Policy, PolicyLoadError, load_weights
+from policies.base import Policy, load_weights
 from policies.vla.config import VLAConfig
 from policies.vla.prefix import TextTokenizer, VisionLanguagePrefix, build_lm, build_vision
 
@@ -107,11 +105,9 @@ class VLAPolicy(Policy):
         return self.state_stats.mean.device
 
     # -- persistence -------------------------------------------------------------
-    def save_pretrained(self, path: str | Path) -> None:
-        """config.json (architecture recorded, pretrained paths cleared), model.safetensors,
-        tokenizer files."""
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
+    def config_dict(self) -> dict[str, Any]:
+        """The config with the architecture recorded and pretrained paths cleared, so a
+        saved policy reloads from its own directory alone."""
         cfg = asdict(self.config)
         if cfg["pretrained_vision"] is not None:
             cfg["vision"] = _arch(self.prefix.vision.config.to_dict())
@@ -120,32 +116,20 @@ class VLAPolicy(Policy):
             cfg["lm"] = _arch(self.prefix.lm_config.to_dict())
             cfg["lm_type"] = self.prefix.lm_config.model_type
             cfg["pretrained_lm"] = None
-        (path / "config.json").write_text(json.dumps({"policy": self.name, "config": cfg}, indent=2))
-        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        save_file(_untie(state), str(path / "model.safetensors"))
+        return cfg
+
+    def weights_to_save(self) -> dict[str, torch.Tensor]:
+        return _untie(super().weights_to_save())
+
+    def save_extras(self, path: Path) -> None:
         self.tokenizer.save(path)
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, **config_overrides: Any) -> "VLAPolicy":
-        """Load a save_pretrained directory (weights, config, tokenizer); never downloads."""
-        from policies.registry import policy_class
-
-        path = Path(path)
-        cfg_file, weights = path / "config.json", path / "model.safetensors"
-        if not cfg_file.is_file() or not weights.is_file():
-            raise PolicyLoadError(f"{path}: not a policy directory (needs config.json and model.safetensors)")
-        meta = json.loads(cfg_file.read_text())
-        klass = policy_class(meta.get("policy", "?"))
-        if not issubclass(klass, cls):
-            raise PolicyLoadError(f"{path}: holds a '{klass.name}' policy, not a {cls.__name__}")
-        try:
-            config = klass.config_class(**{**meta["config"], **config_overrides})
-        except TypeError as e:
-            raise PolicyLoadError(f"{path}: config.json does not fit {klass.config_class.__name__} ({e})") from None
-        policy = klass(config, _source_dir=path)
-        state = load_file(str(weights))
+    def load_from(cls, path: Path, config: Any, state: dict[str, torch.Tensor]) -> "VLAPolicy":
+        """Rebuild with the saved tokenizer, restore tied weights saved once (see _untie)."""
+        policy = cls(config, _source_dir=path)
         own = policy.state_dict()
-        for k in set(own) - set(state):  # tied weights are saved once (see _untie)
+        for k in set(own) - set(state):
             alias = _TIED.get(k)
             if alias is not None and alias in state:
                 state[k] = state[alias]
