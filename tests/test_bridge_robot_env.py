@@ -18,25 +18,12 @@ import torch
 from robot_bridge import ros_types as rt
 from robot_bridge.robot_env import RobotEnv, RobotEnvConfig
 from robot_bridge.safety import SafetyConfig, SafetyFilter
-from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, loopback_env, make_transport
+from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, make_transport
 from sims.vecenv import EnvError
 from test_bridge_safety import TIGHT, fuzz_actions
 
 ROOT = Path(__file__).resolve().parent.parent
 SIM_BOX = (np.array([-0.25, -0.20, 0.015]), np.array([0.25, 0.20, 0.30]))
-
-
-@pytest.fixture(scope="module")
-def dds_env(tmp_path_factory):
-    env = loopback_env(directory=tmp_path_factory.mktemp("dds"))
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    yield env
-    for k, v in old.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 class FakeRobot:

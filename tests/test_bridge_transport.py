@@ -3,28 +3,13 @@
 from __future__ import annotations
 
 import builtins
-import os
 import time
 
 import numpy as np
 import pytest
 
 from robot_bridge import ros_types as rt
-from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, TransportError, loopback_env, make_transport
-
-
-@pytest.fixture(scope="module")
-def dds_env(tmp_path_factory):
-    """Loopback-only Cyclone config and a random domain for this module's participants."""
-    env = loopback_env(directory=tmp_path_factory.mktemp("dds"))
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    yield env
-    for k, v in old.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, TransportError, make_transport
 
 
 @pytest.fixture
