@@ -31,17 +31,29 @@ class EnvConfig:
     obs_mode: Literal["state", "rgb"] = "state"
     reward_mode: Literal["dense", "staged", "sparse"] = "dense"
     image_size: int = 64
+    cameras: list[str] = field(default_factory=lambda: ["front"])  # rgb_<camera> keys with obs_mode rgb
     num_threads: int = 0  # physics threads; 0 = all cores
 
 
 @dataclass
 class PolicyConfig:
-    name: Literal["mlp", "cnn"] = "mlp"
+    name: Literal["mlp", "cnn", "flow_vla", "ar_vla"] = "mlp"
+    # mlp / cnn baselines, built fresh:
     obs_key: Literal["state", "privileged"] = "privileged"
     hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
     activation: Literal["tanh", "elu", "relu"] = "tanh"
     init_log_std: float = -0.5
     normalize_obs: bool = True
+    # VLAs, loaded from a save_pretrained directory (e.g. the `final` of `embodied sft`);
+    # a key left at null keeps the checkpoint's value:
+    init_from: str | None = None
+    execute_steps: int | None = None  # actions of each chunk executed per policy step (0 = all K)
+    num_steps: int | None = None  # flow: denoising steps
+    noise_method: Literal["ode", "flow_noise", "flow_sde"] | None = None  # flow: exploration
+    noise_std_min: float | None = None  # flow_noise: bounds of the learned std
+    noise_std_max: float | None = None
+    sde_noise_level: float | None = None  # flow_sde: a in g_t = a sqrt(t / (1 - t))
+    temperature: float | None = None  # ar: sampling temperature (log-probs are taken under it)
 
 
 @dataclass
@@ -66,10 +78,25 @@ class PPOConfig:
     max_grad_norm: float = 1.0
     target_kl: float | None = None  # stop the update epochs early above this
     normalize_advantages: bool = True
+    logprob_level: Literal["chunk", "action", "token"] = "chunk"  # granularity of the ratio
+    critic_warmup_iters: int = 0  # first iterations update the value head only
+    recompute_log_probs: bool = False  # old log-probs from the learner's own forward, not the rollout's
+
+
+@dataclass
+class GRPOConfig:
+    """GRPO: groups of envs reset with one seed; the ppo section's clip / epochs / lr apply."""
+
+    group_size: int = 8  # G envs per group; env.num_envs must be a multiple
+    reward: Literal["success", "return"] = "success"  # binary success or the shaped episode return
+    filter_low: float = 0.0  # keep groups whose success rate r has low < r < high
+    filter_high: float = 1.0
+    normalize_std: bool = True  # A = (R - mean) / (std + eps), else R - mean
 
 
 @dataclass
 class TrainConfig:
+    algorithm: Literal["ppo", "grpo"] = "ppo"
     seed: int = 0
     total_steps: int = 1_000_000  # env steps, summed over envs
     run_dir: str = "runs/default"
@@ -86,6 +113,7 @@ class ExperimentConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 
 

@@ -1,4 +1,14 @@
-"""The PPO learner: advantages, update epochs over minibatches, diagnostics."""
+"""Learners: advantages, then clipped policy-gradient epochs over minibatches, diagnostics.
+
+PPOLearner takes GAE advantages from a critic; GRPOLearner takes group-relative episode
+advantages and no critic. Both share `PolicyGradientLearner.optimize`, which computes the
+ratio at the configured granularity (ppo.logprob_level):
+    chunk   one ratio per policy step, from log_prob [N]
+    action  one ratio per executed action, from log_prob_parts summed over A  [N, n]
+    token   one ratio per action element (an AR token), log_prob_parts        [N, n * A]
+The step's advantage is shared by all its parts; parts of substeps that were not executed
+(the episode ended inside the chunk) are masked out.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from embodied.algorithms import gae, ppo_policy_loss, value_loss
-from embodied.config import PPOConfig
+from embodied.algorithms import gae, grpo_advantages, grpo_keep_mask, ppo_policy_loss, value_loss
+from embodied.config import GRPOConfig, PPOConfig
 from embodied.trajectory import Trajectory
 
 
@@ -22,55 +32,89 @@ def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:
     return float("nan") if var == 0 else float(1.0 - (target - pred).var() / var)
 
 
-class PPOLearner:
-    """Updates a Policy with the clipped PPO objective from one Trajectory at a time."""
+def at_level(log_prob: torch.Tensor, parts: torch.Tensor | None, valid: torch.Tensor,
+             level: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """log_prob [N], parts [N, n, A] or None, valid bool [N, n] -> (log-probs [N, P], mask [N, P])."""
+    if level == "chunk":
+        return log_prob[:, None], torch.ones_like(log_prob[:, None], dtype=torch.bool)
+    if parts is None:
+        raise ValueError(f"ppo.logprob_level={level} needs a policy that returns log_prob_parts")
+    n = parts.shape[1]
+    if level == "action":
+        return parts.sum(-1), valid[:, :n]
+    return parts.flatten(1), valid[:, :n, None].expand(parts.shape).flatten(1)
+
+
+class PolicyGradientLearner:
+    """The optimiser and the clipped-objective epochs shared by PPO and GRPO."""
 
     def __init__(self, policy: Any, cfg: PPOConfig):
         self.policy, self.cfg = policy, cfg
+        self.iteration = 0
         groups = [{"params": list(policy.actor_parameters()), "lr": cfg.lr, "name": "actor"}]
         critic = list(policy.critic_parameters())
         if critic:
             groups.append({"params": critic, "lr": cfg.critic_lr, "name": "critic"})
         self.optimizer = torch.optim.Adam(groups, eps=1e-5)
 
-    def update(self, traj: Trajectory) -> dict[str, float]:
+    def optimize(self, traj: Trajectory, advantages: torch.Tensor, returns: torch.Tensor | None,
+                 step_mask: torch.Tensor | None = None, train_actor: bool = True) -> dict[str, float]:
+        """Update epochs on advantages [T, B] (returns [T, B] train the critic; None: no critic
+        loss); step_mask bool [T, B] drops steps (GRPO: after the episode, filtered groups)."""
         cfg, policy = self.cfg, self.policy
-        # Advantages at chunk level: [T, B].
-        advantages, returns = gae(traj.chunk_rewards, traj.values, traj.dones, traj.last_value,
-                                  cfg.gamma, cfg.gae_lambda, traj.bootstrap)
         obs = {k: flatten_time(v) for k, v in traj.obs.items()}
         replay = {k: flatten_time(v) for k, v in traj.replay.items()}
         instructions = [s for step in traj.instructions for s in step]
-        old_log_probs, old_values = flatten_time(traj.log_probs), flatten_time(traj.values)
-        adv_all, ret_all = flatten_time(advantages), flatten_time(returns)
+        keep = torch.ones(traj.log_probs.numel(), dtype=torch.bool) if step_mask is None else flatten_time(step_mask)
+        rows = keep.nonzero().flatten()  # samples that enter the loss
+        valid = flatten_time(traj.valid)
+        old_lp, old_parts = flatten_time(traj.log_probs), traj.log_prob_parts
+        old_parts = None if old_parts is None else flatten_time(old_parts)
+        old_values, adv_all = flatten_time(traj.values), flatten_time(advantages)
+        ret_all = None if returns is None else flatten_time(returns)
 
-        n = old_log_probs.shape[0]
-        mb_size = n // cfg.minibatches
+        def minibatch(idx: torch.Tensor) -> dict[str, Any]:
+            mb = {k: v[idx] for k, v in obs.items()}
+            if instructions:
+                mb["instruction"] = [instructions[i] for i in idx.tolist()]
+            return mb
+
+        if cfg.recompute_log_probs and train_actor:  # old log-probs from this learner's own forward
+            old_lp, old_parts = old_lp.clone(), None if old_parts is None else old_parts.clone()
+            with torch.no_grad():
+                for chunk in rows.split(max(1, len(rows) // cfg.minibatches)):
+                    ev = policy.evaluate(minibatch(chunk), {k: v[chunk] for k, v in replay.items()})
+                    old_lp[chunk] = ev.log_prob
+                    if old_parts is not None and ev.log_prob_parts is not None:
+                        old_parts[chunk] = ev.log_prob_parts
+
+        n = len(rows)
+        mb_size = max(1, n // cfg.minibatches)
         sums: dict[str, float] = {}
-        count = 0
-        stop = False
+        count, stop = 0, False
         for _epoch in range(cfg.epochs):
-            perm = torch.randperm(n)
+            perm = rows[torch.randperm(n)]
             epoch_kl = []
-            for start in range(0, mb_size * cfg.minibatches, mb_size):
+            for start in range(0, mb_size * min(cfg.minibatches, n), mb_size):
                 idx = perm[start:start + mb_size]
-                mb_obs = {k: v[idx] for k, v in obs.items()}
-                if instructions:
-                    mb_obs["instruction"] = [instructions[i] for i in idx.tolist()]
-                ev = policy.evaluate(mb_obs, {k: v[idx] for k, v in replay.items()})
+                ev = policy.evaluate(minibatch(idx), {k: v[idx] for k, v in replay.items()})
                 adv = adv_all[idx]
-                if cfg.normalize_advantages:
+                if cfg.normalize_advantages and len(idx) > 1:
                     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                pg_loss, st = ppo_policy_loss(ev.log_prob, old_log_probs[idx], adv,
-                                              cfg.clip_low, cfg.clip_high, cfg.dual_clip)
-                loss = pg_loss - cfg.entropy_coef * ev.entropy.mean()
+                new_lp, mask = at_level(ev.log_prob, ev.log_prob_parts, valid[idx], cfg.logprob_level)
+                old, _ = at_level(old_lp[idx], None if old_parts is None else old_parts[idx],
+                                  valid[idx], cfg.logprob_level)
+                pg_loss, st = ppo_policy_loss(new_lp, old, adv[:, None].expand_as(new_lp),
+                                              cfg.clip_low, cfg.clip_high, cfg.dual_clip, mask)
+                loss = (pg_loss - cfg.entropy_coef * ev.entropy.mean()) if train_actor else torch.zeros(())
                 v_loss = torch.zeros(())
-                if ev.value is not None:
+                if ev.value is not None and ret_all is not None:
                     v_loss = value_loss(ev.value, old_values[idx], ret_all[idx], cfg.value_clip,
                                         cfg.huber_delta if cfg.value_loss == "huber" else None)
                     loss = loss + cfg.value_coef * v_loss
                 self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                if loss.requires_grad:
+                    loss.backward()
                 grad_norm = nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
                 self.optimizer.step()
 
@@ -84,14 +128,15 @@ class PPOLearner:
                 if cfg.target_kl is not None and st.approx_kl.item() > 1.5 * cfg.target_kl:
                     stop = True
                     break
-            self._adapt_lr(sum(epoch_kl) / len(epoch_kl))
+            if train_actor and epoch_kl:
+                self._adapt_lr(sum(epoch_kl) / len(epoch_kl))
             if stop:
                 break
         stats = {k: v / max(count, 1) for k, v in sums.items()}
-        stats["explained_variance"] = explained_variance(traj.values.flatten(), returns.flatten())
         stats["lr"] = self.optimizer.param_groups[0]["lr"]
         stats["minibatch_updates"] = float(count)
-        stats["advantage_mean"] = float(advantages.mean())
+        stats["samples"] = float(n)
+        self.iteration += 1
         return stats
 
     def _adapt_lr(self, kl: float) -> None:
@@ -105,7 +150,52 @@ class PPOLearner:
             group["lr"] = min(1e-2, group["lr"] * 1.5)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict()}
+        return {"optimizer": self.optimizer.state_dict(), "iteration": self.iteration}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
+        self.iteration = state.get("iteration", 0)
+
+
+class PPOLearner(PolicyGradientLearner):
+    """PPO: chunk-level GAE from the critic; the first `critic_warmup_iters` updates train
+    the value head only."""
+
+    def update(self, traj: Trajectory) -> dict[str, float]:
+        cfg = self.cfg
+        advantages, returns = gae(traj.chunk_rewards, traj.values, traj.dones, traj.last_value,
+                                  cfg.gamma, cfg.gae_lambda, traj.bootstrap)  # [T, B]
+        warmup = self.iteration < cfg.critic_warmup_iters
+        stats = self.optimize(traj, advantages, returns, train_actor=not warmup)
+        stats["explained_variance"] = explained_variance(traj.values.flatten(), returns.flatten())
+        stats["advantage_mean"] = float(advantages.mean())
+        stats["critic_warmup"] = float(warmup)
+        return stats
+
+
+class GRPOLearner(PolicyGradientLearner):
+    """GRPO: one episode per env, envs grouped by reset seed (traj.group_ids); every step of
+    an episode gets its group-normalised return as advantage; all-success / all-fail groups
+    (outside filter_low < rate < filter_high) are dropped; no critic, no KL term."""
+
+    def __init__(self, policy: Any, cfg: PPOConfig, grpo: GRPOConfig):
+        super().__init__(policy, cfg)
+        self.grpo = grpo
+
+    def update(self, traj: Trajectory) -> dict[str, float]:
+        if traj.group_ids is None or traj.episode_mask is None:
+            raise ValueError("GRPO needs a trajectory of grouped episodes (embodied.episodes.GroupCollector)")
+        g = self.grpo
+        mask = traj.episode_mask  # [T, B] steps of each env's episode
+        success = (traj.success & mask).any(0)  # [B]
+        ret = success.float() if g.reward == "success" else (traj.chunk_rewards * mask).sum(0)
+        adv = grpo_advantages(ret, traj.group_ids, normalize_std=g.normalize_std)  # [B]
+        keep = grpo_keep_mask(success, traj.group_ids, g.filter_low, g.filter_high)  # [B]
+        step_mask = mask & keep[None, :]
+        stats = {"kept_groups": float(keep.float().sum() / traj.group_ids.bincount().max()),
+                 "group_success": float(success.float().mean()), "episode_return": float(ret.mean())}
+        if step_mask.any():
+            stats.update(self.optimize(traj, adv[None, :].expand_as(mask), None, step_mask))
+        else:
+            self.iteration += 1
+        return stats

@@ -34,6 +34,22 @@ def tensor_obs(obs: Obs) -> dict[str, torch.Tensor]:
     return {k: v for k, v in obs.items() if torch.is_tensor(v)}
 
 
+def stack_steps(steps: list[dict[str, Any]], last_value: torch.Tensor, **extra: Any) -> Trajectory:
+    """T per-step dicts of [B, ...] tensors -> a time-major Trajectory."""
+    parts = [s["parts"] for s in steps]
+    return Trajectory(
+        obs={k: torch.stack([s["obs"][k] for s in steps]) for k in steps[0]["obs"]},
+        replay={k: torch.stack([s["replay"][k] for s in steps]) for k in steps[0]["replay"]},
+        instructions=[s["instructions"] for s in steps],
+        last_value=last_value,
+        log_prob_parts=None if any(p is None for p in parts) else torch.stack(parts),
+        **{k: torch.stack([s[k] for s in steps]) for k in (
+            "actions", "log_probs", "values", "rewards", "valid",
+            "terminated", "truncated", "success", "bootstrap")},
+        **extra,
+    )
+
+
 class RolloutCollector:
     """Keeps the envs' current observation between calls; tracks finished episodes."""
 
@@ -71,21 +87,13 @@ class RolloutCollector:
                 actions=out.actions, log_probs=out.log_prob,
                 values=out.value if out.value is not None else torch.zeros(self.env.num_envs),
                 rewards=res.reward * res.valid, valid=res.valid, terminated=term, truncated=trunc,
-                success=success, bootstrap=bootstrap, replay=out.replay,
+                success=success, bootstrap=bootstrap, replay=out.replay, parts=out.log_prob_parts,
             ))
             self._track(res.reward.sum(1), res.valid.sum(1), success, done)
             self.obs = res.obs
         last_value = (self.policy.get_value(self.obs) if self.policy.has_critic
                       else torch.zeros(self.env.num_envs))
-        return Trajectory(
-            obs={k: torch.stack([s["obs"][k] for s in steps]) for k in steps[0]["obs"]},
-            replay={k: torch.stack([s["replay"][k] for s in steps]) for k in steps[0]["replay"]},
-            instructions=[s["instructions"] for s in steps],
-            last_value=last_value,
-            **{k: torch.stack([s[k] for s in steps]) for k in (
-                "actions", "log_probs", "values", "rewards", "valid",
-                "terminated", "truncated", "success", "bootstrap")},
-        )
+        return stack_steps(steps, last_value)
 
     def _track(self, reward: torch.Tensor, length: torch.Tensor, success: torch.Tensor, done: torch.Tensor) -> None:
         self.ep_return += reward

@@ -25,7 +25,11 @@ class Trajectory:
                 terminated, else 0.
     last_value: float32 [B] V(obs_T).
     replay:     dict of [T, B, ...] tensors from Policy.act, for evaluate().
+    log_prob_parts: float32 [T, B, n, A] log_probs split per executed action element
+                (Policy.act's log_prob_parts), or None.
     group_ids:  int64 [B] GRPO group of each env, or None.
+    episode_mask: bool [T, B] step t belongs to env b's collected episode (GRPO collects
+                one episode per env; later steps are padding), or None.
     """
 
     obs: dict[str, torch.Tensor]
@@ -41,7 +45,9 @@ class Trajectory:
     last_value: torch.Tensor
     replay: dict[str, torch.Tensor]
     instructions: list[list[str]] = field(default_factory=list)
+    log_prob_parts: torch.Tensor | None = None
     group_ids: torch.Tensor | None = None
+    episode_mask: torch.Tensor | None = None
 
     @property
     def num_steps(self) -> int:

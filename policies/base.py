@@ -32,6 +32,9 @@ class ActOutput:
     log_prob: torch.Tensor  # float32 [B] log-prob of the chunk
     value: torch.Tensor | None  # float32 [B], None without a critic
     replay: dict[str, torch.Tensor]  # [B, ...] tensors that evaluate() needs
+    # float32 [B, K, A]: log_prob split per executed action element (its sum is log_prob), for
+    # PPO at action or token level; None when a policy only has the chunk's log_prob.
+    log_prob_parts: torch.Tensor | None = None
 
 
 @dataclass
@@ -39,6 +42,7 @@ class Evaluation:
     log_prob: torch.Tensor  # float32 [B]
     entropy: torch.Tensor  # float32 [B]
     value: torch.Tensor | None  # float32 [B]
+    log_prob_parts: torch.Tensor | None = None  # float32 [B, K, A], as in ActOutput
 
 
 class Policy(nn.Module, abc.ABC):

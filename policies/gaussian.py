@@ -32,10 +32,14 @@ class GaussianActorCritic(Policy):
     @abc.abstractmethod
     def value_of(self, obs: dict[str, Any]) -> torch.Tensor: ...
 
+    def _log_prob_parts(self, mean: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """log N(action; mean, std) per element: [B, A] -> [B, 1, A] (a chunk of one action)."""
+        z = (action - mean) * torch.exp(-self.log_std)
+        return (-0.5 * z.pow(2) - self.log_std - 0.5 * _LOG_2PI).unsqueeze(1)
+
     def _log_prob(self, mean: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """Sum over A of log N(action; mean, std): [B, A] -> [B]."""
-        z = (action - mean) * torch.exp(-self.log_std)
-        return (-0.5 * z.pow(2) - self.log_std - 0.5 * _LOG_2PI).sum(-1)
+        return self._log_prob_parts(mean, action).sum((1, 2))
 
     def _entropy(self, batch: int) -> torch.Tensor:
         ent = (self.log_std + 0.5 * (1.0 + _LOG_2PI)).sum()
@@ -47,19 +51,23 @@ class GaussianActorCritic(Policy):
             action = mean
         else:
             action = mean + torch.exp(self.log_std) * torch.randn_like(mean)
+        parts = self._log_prob_parts(mean, action)
         return ActOutput(
             actions=action.unsqueeze(1),
-            log_prob=self._log_prob(mean, action),
+            log_prob=parts.sum((1, 2)),
             value=self.value_of(obs),
             replay={"action": action},
+            log_prob_parts=parts,
         )
 
     def evaluate(self, obs: dict[str, Any], replay: dict[str, torch.Tensor]) -> Evaluation:
         mean = self.actor_mean(obs)
+        parts = self._log_prob_parts(mean, replay["action"])
         return Evaluation(
-            log_prob=self._log_prob(mean, replay["action"]),
+            log_prob=parts.sum((1, 2)),
             entropy=self._entropy(mean.shape[0]),
             value=self.value_of(obs),
+            log_prob_parts=parts,
         )
 
     def get_value(self, obs: dict[str, Any]) -> torch.Tensor:

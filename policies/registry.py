@@ -45,7 +45,39 @@ def build_cnn(cfg: Any, spec: Any) -> CNNActorCritic:
     ))
 
 
-BUILDERS = {"mlp": build_mlp, "cnn": build_cnn}
+FLOW_ONLY = ("num_steps", "noise_method", "noise_std_min", "noise_std_max", "sde_noise_level")
+AR_ONLY = ("temperature",)
+
+
+def build_vla(cfg: Any, spec: Any) -> Policy:
+    """A VLA from cfg.init_from (a save_pretrained directory), with the non-null keys of
+    FLOW_ONLY / AR_ONLY / execute_steps overriding the saved config."""
+    other = AR_ONLY if cfg.name == "flow_vla" else FLOW_ONLY
+    wrong = [k for k in other if getattr(cfg, k) is not None]
+    if wrong:
+        raise PolicyLoadError(f"policy.{wrong[0]} applies to {'ar_vla' if cfg.name == 'flow_vla' else 'flow_vla'} "
+                              f"only, not policy.name={cfg.name}; remove it or set it to null")
+    if not cfg.init_from:
+        raise PolicyLoadError(f"policy.init_from: {cfg.name} starts from a save_pretrained directory "
+                              "(e.g. the 'final' directory of `embodied sft`)")
+    own = FLOW_ONLY if cfg.name == "flow_vla" else AR_ONLY
+    overrides = {k: getattr(cfg, k) for k in (*own, "execute_steps") if getattr(cfg, k) is not None}
+    try:
+        policy = policy_class(cfg.name).from_pretrained(cfg.init_from, **overrides)
+    except PolicyLoadError:
+        raise
+    except ValueError as e:  # a config field out of range
+        raise PolicyLoadError(f"policy: {e}") from None
+    if policy.name != cfg.name:
+        raise PolicyLoadError(f"policy.init_from: {cfg.init_from} holds a {policy.name}, not a {cfg.name}")
+    missing = [c for c in policy.config.cameras if c not in spec.cameras]
+    if missing:
+        raise PolicyLoadError(f"env.cameras: the policy reads cameras {policy.config.cameras}; the env renders "
+                              f"{list(spec.cameras)} (set env.obs_mode=rgb and env.cameras)")
+    return policy
+
+
+BUILDERS = {"mlp": build_mlp, "cnn": build_cnn, "flow_vla": build_vla, "ar_vla": build_vla}
 
 
 def build_policy(cfg: Any, spec: Any) -> Policy:

@@ -67,7 +67,7 @@ def test_flow_denoising_reuses_the_same_cache():
     prefix, state = p.encode(obs)
     noise = torch.randn(4, 4, 32)
     with torch.no_grad():
-        cached = p.sample(prefix, state, noise, 4)[:, -1]
+        cached = p.sample(prefix, state, noise, 4)[0][:, -1]
         x = noise
         for i in range(4):
             fresh, _ = p.encode(obs)

@@ -10,8 +10,10 @@ LM's KV cache; the logits are restricted to the action ids and divided by `tempe
 (deterministic: argmax). The first action token is predicted from the prefix's final
 marker token. The value head reads the marker's last hidden state, detached.
 
-act's replay is the sampled bin ids int64 [B, M]; evaluate recomputes their log-prob with
-one teacher-forced forward (sum over the M tokens), so the first PPO ratio is 1.
+act's replay is the sampled bin ids int64 [B, M]; evaluate recomputes their log-probs with
+one teacher-forced forward. log_prob_parts [B, n, A] are the executed actions' token
+log-probs under the sampling temperature (tokens of actions past `execute_steps` are
+sampled after them and never executed, so they are left out); log_prob is their sum.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ class ARVLA(VLAPolicy):
     # -- Policy contract -------------------------------------------------------------
     @torch.no_grad()
     def act(self, obs: dict[str, Any], deterministic: bool = False) -> ActOutput:
-        """Chunk float32 [B, n, A] (n = execute_steps or K); log_prob [B] = sum of the M tokens' log-probs;
+        """Chunk float32 [B, n, A] (n = execute_steps or K); log_prob [B] = sum of the executed tokens' log-probs;
         replay {"bins": int64 [B, M], "decode_log_prob": float [B] (the cached decoding's own sum)}."""
         embeds, mask = self._prefix_embeds(obs)
         hidden, cache = self.prefix.run(embeds, mask)
@@ -94,8 +96,14 @@ class ARVLA(VLAPolicy):
         # cached decoding's own log-prob (`log_prob` above) differs from it by float error only
         # (about 1e-7 per token, tested), and this way the first PPO ratio is exactly 1.
         logp, _ = self._teacher_forced(obs, bins_t)
-        log_prob = logp.gather(-1, bins_t[..., None]).squeeze(-1).sum(-1)
-        return ActOutput(self.executed(self.from_bins(bins_t)), log_prob, value, {"bins": bins_t, "decode_log_prob": decoded})
+        parts = self._parts(logp, bins_t)
+        return ActOutput(self.executed(self.from_bins(bins_t)), parts.sum((1, 2)), value,
+                         {"bins": bins_t, "decode_log_prob": decoded}, parts)
+
+    def _parts(self, logp: torch.Tensor, bins: torch.Tensor) -> torch.Tensor:
+        """Per-token log-probs of the executed actions: logp [B, M, nb], bins [B, M] -> [B, n, A]."""
+        tok = logp.gather(-1, bins[..., None]).squeeze(-1)  # [B, M]
+        return self.executed(tok.view(bins.shape[0], self.config.chunk_size, self.config.action_dim))
 
     def _teacher_forced(self, obs: dict[str, Any], bins: torch.Tensor,
                         temperature: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -110,12 +118,14 @@ class ARVLA(VLAPolicy):
         return logp, hidden[:, T - 1]
 
     def evaluate(self, obs: dict[str, Any], replay: dict[str, torch.Tensor]) -> Evaluation:
-        """log_prob [B] (sum over tokens), entropy [B] (sum of per-token entropies), value [B]."""
+        """log_prob [B] and parts [B, n, A] (the executed actions' tokens, under the sampling
+        temperature), entropy [B] (sum of those tokens' entropies), value [B]."""
         bins = replay["bins"].to(self.device)
         logp, h = self._teacher_forced(obs, bins)
-        log_prob = logp.gather(-1, bins[..., None]).squeeze(-1).sum(-1)
-        entropy = -(logp.exp() * logp).sum(-1).sum(-1)
-        return Evaluation(log_prob, entropy, self.value_from(h))
+        parts = self._parts(logp, bins)
+        ent = -(logp.exp() * logp).sum(-1)  # [B, M]
+        entropy = self.executed(ent.view(bins.shape[0], self.config.chunk_size, -1)).sum((1, 2))
+        return Evaluation(parts.sum((1, 2)), entropy, self.value_from(h), parts)
 
     def get_value(self, obs: dict[str, Any]) -> torch.Tensor:
         if self.critic is None:

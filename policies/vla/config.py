@@ -58,6 +58,21 @@ class FlowVLAConfig(VLAConfig):
     num_steps: int = 10  # N Euler steps from t=1 (noise) to t=0 (actions)
     time_min_period: float = 4e-3  # sinusoidal time embedding periods
     time_max_period: float = 4.0
+    # Exploration of act(deterministic=False), for RL (policies/vla/exploration.py):
+    noise_method: str = "ode"  # "ode" (noise only at the start), "flow_noise" or "flow_sde"
+    noise_std_min: float = 0.08  # Flow-Noise: bounds of the learned per-step std (pi_RL)
+    noise_std_max: float = 0.16
+    sde_noise_level: float = 0.5  # Flow-SDE: a in g_t = a * sqrt(t / (1 - t))
+
+    def __post_init__(self) -> None:
+        from policies.vla.exploration import METHODS
+
+        if self.noise_method not in METHODS:
+            raise ValueError(f"noise_method: {self.noise_method!r} is not allowed; choose one of {', '.join(METHODS)}")
+        if not 0.0 < self.noise_std_min <= self.noise_std_max:
+            raise ValueError(f"noise_std_min/noise_std_max: need 0 < min <= max, got {self.noise_std_min}, {self.noise_std_max}")
+        if self.sde_noise_level <= 0.0:
+            raise ValueError(f"sde_noise_level: must be > 0, got {self.sde_noise_level}")
 
 
 @dataclass

@@ -75,9 +75,11 @@ class ActionExpert(nn.Module):
         self.action_out = nn.Linear(hidden, action_width)
 
     def forward(self, kv: list[tuple[torch.Tensor, torch.Tensor]], prefix_mask: torch.Tensor,
-                state: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+                state: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor,
+                with_hidden: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """kv: per LM layer [B, Hkv, T, Dh]; prefix_mask bool [B, T]; state [B, S_pad];
-        x_t [B, K, A_pad]; t [B] -> v [B, K, A_pad]."""
+        x_t [B, K, A_pad]; t [B] -> v [B, K, A_pad] (and, with_hidden, the action tokens'
+        final hidden states [B, K, H], which the Flow-Noise head reads)."""
         B, K, _ = x_t.shape
         dtype = self.action_in.weight.dtype
         time = sinusoidal_time(t, self.hidden, self.min_period, self.max_period).to(dtype)  # [B, H]
@@ -89,4 +91,6 @@ class ActionExpert(nn.Module):
         x = tokens
         for layer, (pk, pv) in zip(self.layers, kv):
             x = layer(x, pk, pv, mask)
-        return self.action_out(self.norm(x[:, 1:]))
+        h = self.norm(x[:, 1:])
+        v = self.action_out(h)
+        return (v, h) if with_hidden else v

@@ -8,10 +8,12 @@ u = noise - actions; sampling integrates dx/dt = u from t = 1 (noise) to t = 0 i
 steps, x <- x - u / N. The vision-language prefix runs once per `act`; its KV cache is
 reused by every denoising step (one prefix forward + N expert forwards).
 
-act(deterministic=True) starts from zero noise (the chain's mean), otherwise from N(0, I).
-This ODE sampler is deterministic given its start, so log_prob is 0 and entropy 0; the
-replay record already holds the whole chain [B, N + 1, K, A_pad] and which steps were
-stochastic, so that Flow-Noise / Flow-SDE can add per-step densities later.
+act(deterministic=True) integrates the ODE from zero noise (the prior's mean). Otherwise it
+starts from N(0, I) and `config.noise_method` picks the exploration: "ode" (no stochastic
+step, log_prob 0), "flow_noise" or "flow_sde" (policies/vla/exploration.py). The replay
+record holds the whole chain [B, N + 1, K, A_pad] and which steps were stochastic;
+`evaluate` recomputes the Gaussian log-density of those transitions under the current
+weights with one batched expert forward over the stored chain.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from policies.base import ActOutput, Evaluation
 from policies.vla.common import VLAPolicy
 from policies.vla.config import FlowVLAConfig
 from policies.vla.expert import ActionExpert
+from policies.vla.exploration import NoiseHead, gaussian_entropy, gaussian_log_density, sde_step
 from policies.vla.prefix import Prefix, masked_mean
 
 
@@ -43,6 +46,7 @@ class FlowVLA(VLAPolicy):
             intermediate=config.expert_intermediate, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
             state_width=config.max_state_dim, action_width=config.max_action_dim,
             chunk=config.chunk_size, min_period=config.time_min_period, max_period=config.time_max_period)
+        self.noise_head = NoiseHead(config.expert_hidden, config.max_action_dim)
         self._beta = torch.distributions.Beta(torch.tensor(1.5), torch.tensor(1.0))
 
     # -- pieces ------------------------------------------------------------------
@@ -80,38 +84,120 @@ class FlowVLA(VLAPolicy):
         w = valid.to(err.device, err.dtype)
         return (err * w).sum() / w.sum().clamp(min=1.0)
 
-    @torch.no_grad()
-    def sample(self, prefix: Prefix, state: torch.Tensor, noise: torch.Tensor, steps: int) -> torch.Tensor:
-        """Euler from t=1 to t=0: noise [B, K, A_pad] -> chain [B, steps + 1, K, A_pad]."""
-        x, chain = noise, [noise]
-        B = noise.shape[0]
-        for i in range(steps):
-            t = torch.full((B,), 1.0 - i / steps, device=noise.device)
-            x = x - self.velocity(prefix, state, x, t).float() / steps
-            chain.append(x)
-        return torch.stack(chain, dim=1)
+    # -- denoising steps ------------------------------------------------------------
+    def transitions(self, prefix: Prefix, state: torch.Tensor, x: torch.Tensor, t: torch.Tensor,
+                    method: str, steps: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """S denoising steps per row in one expert forward.
+
+        x [B, S, K, A_pad] at times t [B, S] -> (mean, std, ode) each [B, S, K, A_pad]: the
+        next point's Gaussian under `method` (std 0 for "ode" and for padded dims, which
+        always follow the ODE) and the plain ODE step x - dt * v. See exploration.py.
+        """
+        B, S = t.shape
+        dt = 1.0 / steps
+        kv = [(k.repeat_interleave(S, 0), v.repeat_interleave(S, 0)) for k, v in prefix.kv]
+        xs, ts = x.reshape(B * S, *x.shape[2:]).float(), t.reshape(B * S)
+        v, h = self.expert(kv, prefix.mask.repeat_interleave(S, 0), state.repeat_interleave(S, 0),
+                           xs, ts, with_hidden=True)
+        v = v.float()
+        ode = xs - dt * v
+        mean, std = ode, torch.zeros_like(xs)
+        if method == "flow_sde":
+            mean, g = sde_step(xs, v, ts, dt, self.config.sde_noise_level)
+            std = std + g
+        elif method == "flow_noise":
+            std = self.noise_head(h, self.config.noise_std_min, self.config.noise_std_max)
+        A = self.config.action_dim
+        mean = torch.cat([mean[..., :A], ode[..., A:]], dim=-1)
+        std = torch.cat([std[..., :A], torch.zeros_like(std[..., A:])], dim=-1)
+        return tuple(z.reshape(B, S, *z.shape[1:]) for z in (mean, std, ode))
 
     @torch.no_grad()
+    def sample(self, prefix: Prefix, state: torch.Tensor, noise: torch.Tensor, steps: int,
+               method: str = "ode") -> tuple[torch.Tensor, torch.Tensor]:
+        """From t=1 to t=0: noise [B, K, A_pad] -> chain [B, steps + 1, K, A_pad] and the mask
+        of stochastic steps bool [B, steps] (every step for flow_noise, one random step per
+        row for flow_sde, none for ode). One expert forward per step, on the cached prefix."""
+        B = noise.shape[0]
+        if method == "flow_sde":
+            stochastic = F.one_hot(torch.randint(steps, (B,), device=noise.device), steps).bool()
+        else:
+            stochastic = torch.full((B, steps), method == "flow_noise", device=noise.device)
+        x, chain = noise, [noise]
+        for i in range(steps):
+            t = torch.full((B, 1), 1.0 - i / steps, device=noise.device)
+            mean, std, ode = (z[:, 0] for z in self.transitions(prefix, state, x[:, None], t, method, steps))
+            noisy = mean + std * torch.randn_like(mean)
+            x = torch.where(stochastic[:, i, None, None], noisy, ode)
+            chain.append(x)
+        return torch.stack(chain, dim=1), stochastic
+
+    def chain_log_prob(self, prefix: Prefix, state: torch.Tensor, chain: torch.Tensor,
+                       stochastic: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-density of the stored chain's stochastic transitions under the current weights.
+
+        chain [B, N + 1, K, A_pad], stochastic bool [B, N] -> (log-prob, entropy), each
+        float32 [B, K, A]: per action element, summed over the stochastic steps. Flow-Noise
+        evaluates all N steps in one batched expert forward; Flow-SDE only the chosen step.
+        """
+        method, A = self.config.noise_method, self.config.action_dim
+        B, N = stochastic.shape
+        times = 1.0 - torch.arange(N, device=chain.device, dtype=torch.float32) / N  # [N]
+        if method == "flow_sde":
+            j = stochastic.float().argmax(1)  # [B] the one stochastic step
+            rows = torch.arange(B, device=chain.device)
+            x_in, x_out = chain[rows, j][:, None], chain[rows, j + 1][:, None]  # [B, 1, K, A_pad]
+            t, mask = times[j][:, None], stochastic[rows, j][:, None]  # [B, 1]
+        else:
+            x_in, x_out, t, mask = chain[:, :-1], chain[:, 1:], times.expand(B, N), stochastic
+        mean, std, _ = self.transitions(prefix, state, x_in, t, method, N)
+        w = mask[..., None, None].float()  # [B, S, 1, 1]
+        safe = torch.where(w > 0, std[..., :A], torch.ones_like(std[..., :A]))
+        logp = gaussian_log_density(x_out[..., :A], mean[..., :A], safe) * w
+        ent = gaussian_entropy(safe) * w
+        return logp.sum(1), ent.sum(1)
+
+    # -- Policy contract (RL) ----------------------------------------------------------
+    @torch.no_grad()
     def act(self, obs: dict[str, Any], deterministic: bool = False, num_steps: int | None = None) -> ActOutput:
-        """Chunk float32 [B, n, A] in [-1, 1] (n = execute_steps or K); replay {"chain": [B, N+1, K, A_pad],
-        "stochastic": bool [B, N]}."""
+        """Chunk float32 [B, n, A] in [-1, 1] (n = execute_steps or K).
+
+        deterministic: the ODE from zero noise (the prior's mean). Otherwise noise ~ N(0, I)
+        and config.noise_method's stochastic steps. log_prob [B] sums log_prob_parts [B, n, A],
+        the log-density of the stochastic transitions of the executed actions' elements
+        (0 for "ode"). replay {"chain": [B, N+1, K, A_pad], "stochastic": bool [B, N]}.
+        """
         N = num_steps or self.config.num_steps
         prefix, state = self.encode(obs)
         B, K = state.shape[0], self.config.chunk_size
         shape = (B, K, self.config.max_action_dim)
+        method = "ode" if deterministic else self.config.noise_method
         noise = torch.zeros(shape, device=self.device) if deterministic else torch.randn(shape, device=self.device)
-        chain = self.sample(prefix, state, noise, N)
+        chain, stochastic = self.sample(prefix, state, noise, N, method)
         actions = self.action_stats.unnormalize(chain[:, -1, :, :self.config.action_dim]).clamp(-1.0, 1.0)
         value = self.value_from(masked_mean(prefix.hidden, prefix.mask))
-        replay = {"chain": chain, "stochastic": torch.zeros(B, N, dtype=torch.bool, device=self.device)}
-        return ActOutput(self.executed(actions), torch.zeros(B, device=self.device), value, replay)
+        n = self.executed(actions).shape[1]
+        if stochastic.any():
+            parts = self.chain_log_prob(prefix, state, chain, stochastic)[0][:, :n]
+        else:
+            parts = torch.zeros(B, n, self.config.action_dim, device=self.device)
+        replay = {"chain": chain, "stochastic": stochastic}
+        return ActOutput(self.executed(actions), parts.sum((1, 2)), value, replay, parts)
 
     def evaluate(self, obs: dict[str, Any], replay: dict[str, torch.Tensor]) -> Evaluation:
-        """The ODE chain has no stochastic step yet: log_prob and entropy are 0 [B]."""
-        B = obs["state"].shape[0]
-        value = self.get_value(obs) if self.critic is not None else None
-        zeros = torch.zeros(B, device=self.device)
-        return Evaluation(zeros, zeros, value)
+        """Recompute log_prob [B] (and parts [B, n, A]), entropy [B] and value [B] for a replay
+        record of act; one prefix forward plus one batched expert forward."""
+        prefix, state = self.encode(obs)
+        chain, stochastic = replay["chain"].to(self.device), replay["stochastic"].to(self.device)
+        n = self.executed(chain[:, -1]).shape[1]
+        if stochastic.any():
+            logp, ent = self.chain_log_prob(prefix, state, chain, stochastic)
+            parts, entropy = logp[:, :n], ent[:, :n].sum((1, 2))
+        else:
+            parts = torch.zeros(chain.shape[0], n, self.config.action_dim, device=self.device)
+            entropy = parts.sum((1, 2))
+        value = self.value_from(masked_mean(prefix.hidden, prefix.mask))
+        return Evaluation(parts.sum((1, 2)), entropy, value, parts)
 
     def get_value(self, obs: dict[str, Any]) -> torch.Tensor:
         if self.critic is None:
