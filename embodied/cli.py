@@ -65,8 +65,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_collect(args: argparse.Namespace) -> int:
     from embodied.collect import collect_demos
 
+    cameras = [c.strip() for c in args.cameras.split(",")] if args.cameras is not None else None
     summary = collect_demos(args.task, args.episodes, args.out, seed=args.seed, obs_mode=args.obs_mode,
-                            image_size=args.image_size, num_envs=args.num_envs)
+                            image_size=args.image_size, num_envs=args.num_envs, cameras=cameras,
+                            noise=args.noise)
     print(json.dumps(summary, indent=1))
     return 0
 
@@ -113,6 +115,10 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--obs-mode", default="state", choices=["state", "rgb"])
     c.add_argument("--image-size", type=int, default=64)
     c.add_argument("--num-envs", type=int, default=0)
+    c.add_argument("--cameras", help="with --obs-mode rgb: cameras to record, e.g. front,wrist (default front)")
+    c.add_argument("--noise", type=float, default=0.0, metavar="SIGMA",
+                   help="DART noise: execute expert action + N(0, SIGMA^2) clipped to [-1, 1], "
+                        "record the clean expert action")
     c.set_defaults(fn=cmd_collect)
     from robot_bridge.cli_args import robot_sim_arguments, serve_arguments
 

@@ -1,9 +1,17 @@
-"""Scripted-expert demonstrations into an episode dataset (`embodied collect`)."""
+"""Scripted-expert demonstrations into an episode dataset (`embodied collect`).
+
+DART-style noise (`noise` > 0): at every step the env executes the expert's action plus
+Gaussian noise N(0, noise^2) per dimension, clipped to the action bounds [-1, 1], while the
+dataset records the clean expert action (computed from the state the noise led to) as the
+label. The demonstrations then cover small deviations from the expert's path and show how
+to recover from them. Rewards and success are those of the executed (noisy) actions.
+"""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -12,20 +20,45 @@ from embodied.dataset import EpisodeWriter
 from sims.registry import expert_for, make_env
 from sims.vecenv import EnvError
 
+CAMERAS = ("front", "wrist")
+
+
+def _check(episodes: int, obs_mode: str, cameras: Sequence[str] | None, noise: float) -> tuple[str, ...]:
+    """Validated camera tuple; EnvError (one line, naming the option) on bad input."""
+    if not isinstance(episodes, int) or episodes <= 0:
+        raise EnvError(f"--episodes must be a positive integer, got {episodes}")
+    if not isinstance(noise, (int, float)) or not math.isfinite(noise) or noise < 0:
+        raise EnvError(f"--noise must be a finite standard deviation >= 0, got {noise}")
+    if cameras is None:
+        return ("front",)
+    cams = tuple(cameras)
+    bad = [c for c in cams if c not in CAMERAS]
+    if not cams or bad or len(set(cams)) != len(cams):
+        raise EnvError(f"--cameras: expected distinct names from {', '.join(CAMERAS)}, got {','.join(cams)!r}")
+    if obs_mode != "rgb":
+        raise EnvError("--cameras records images: use it with --obs-mode rgb")
+    return cams
+
 
 def collect_demos(task: str, episodes: int, out: str | Path, seed: int = 0, obs_mode: str = "state",
-                  image_size: int = 64, num_envs: int = 0, only_success: bool = True) -> dict[str, Any]:
+                  image_size: int = 64, num_envs: int = 0, only_success: bool = True,
+                  cameras: Sequence[str] | None = None, noise: float = 0.0) -> dict[str, Any]:
     """Run the task's expert until `episodes` episodes are written to `out`.
 
     Env k of batch j starts from seed + j * num_envs + k, so a dataset is
     reproducible. With only_success, failed expert episodes are skipped.
+    cameras: with obs_mode "rgb", the cameras recorded (default ("front",)); one mp4 per
+    camera and episode. noise: std of the DART noise added to the executed actions (the
+    recorded action stays the expert's; see the module doc); drawn from a generator seeded
+    with `seed`.
     """
-    if episodes <= 0:
-        raise EnvError(f"--episodes must be a positive integer, got {episodes}")
+    cams = _check(episodes, obs_mode, cameras, noise)
     expert = expert_for(task)
+    rng = np.random.default_rng(seed)
     B = num_envs or min(episodes, 32)
-    env = make_env(task, B, obs_mode=obs_mode, image_size=(image_size, image_size))
+    env = make_env(task, B, obs_mode=obs_mode, image_size=(image_size, image_size), cameras=cams)
     spec = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(env.spec).items()}
+    spec["expert_noise_std"] = float(noise)
     writer = EpisodeWriter(out, task, spec)
     written, attempted, next_seed = 0, 0, seed
     obs, _ = env.reset(seed=list(range(next_seed, next_seed + B)))
@@ -33,8 +66,13 @@ def collect_demos(task: str, episodes: int, out: str | Path, seed: int = 0, obs_
     next_seed += B
     buffers: list[list[dict[str, torch.Tensor]]] = [[] for _ in range(B)]
     while written < episodes:
-        action = torch.as_tensor(expert(obs["privileged"].numpy()), dtype=torch.float32)
-        res = env.step(action)
+        clean = expert(obs["privileged"].numpy()).astype(np.float32)  # [B, A], the label
+        action = torch.from_numpy(clean)
+        executed = action
+        if noise > 0:
+            noisy = np.clip(clean + rng.normal(0.0, noise, clean.shape), -1.0, 1.0)
+            executed = torch.from_numpy(noisy.astype(np.float32))
+        res = env.step(executed)
         for i in range(B):
             buffers[i].append({**{f"obs.{k}": v[i] for k, v in obs.items() if torch.is_tensor(v)},
                                "action": action[i], "reward": res.reward[i], "success": res.info["success"][i]})
@@ -56,4 +94,5 @@ def collect_demos(task: str, episodes: int, out: str | Path, seed: int = 0, obs_
         obs = res.obs
     env.close()
     return {"out": str(out), "task": task, "episodes": written, "attempted": attempted,
+            "cameras": list(cams) if obs_mode == "rgb" else [], "noise": float(noise),
             "expert_success_rate": written / max(attempted, 1) if only_success else None}

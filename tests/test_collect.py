@@ -152,3 +152,51 @@ def test_sft_command_end_to_end(tmp_path):
            "instruction": ["move the gripper to the target"] * 2}
     with torch.no_grad():
         assert policy.act(obs, deterministic=True).actions.shape == (2, 4, 4)
+
+
+def test_collect_cameras_and_dart_noise(tmp_path):
+    """--cameras records one video per camera; --noise executes noisy actions but labels every
+    frame with the clean expert action; the same seed gives the same dataset."""
+    import numpy as np
+
+    from sims.registry import expert_for
+
+    kw = dict(obs_mode="rgb", image_size=32, num_envs=3, cameras=["front", "wrist"])
+    collect_demos("Reach", 3, tmp_path / "noisy", seed=7, noise=0.3, **kw)
+    collect_demos("Reach", 3, tmp_path / "again", seed=7, noise=0.3, **kw)
+    collect_demos("Reach", 3, tmp_path / "clean", seed=7, **kw)
+    info = read_meta(tmp_path / "noisy")
+    assert info["features"]["observation.images.wrist"]["dtype"] == "video"
+    assert info["embodied"]["spec"]["expert_noise_std"] == 0.3
+    expert = expert_for("Reach")
+    noisy, again, clean = ({e["seed"]: e for e in read_episodes(tmp_path / d)} for d in ("noisy", "again", "clean"))
+    assert noisy.keys() == again.keys() == clean.keys()  # the same seeds (episodes end in another order)
+    for seed, ep in noisy.items():
+        ep2, ref = again[seed], clean[seed]
+        assert ep["obs.rgb_wrist"].shape[1:] == (32, 32, 3)
+        assert (ep["obs.rgb_front"].float() - ep["obs.rgb_wrist"].float()).abs().mean() > 10
+        # the label is the expert's action in the state the noisy actions led to
+        np.testing.assert_allclose(ep["action"].numpy(), expert(ep["obs.privileged"].numpy()), atol=1e-5)
+        torch.testing.assert_close(ep["obs.privileged"], ep2["obs.privileged"], rtol=0, atol=0)
+        torch.testing.assert_close(ep["obs.privileged"][0], ref["obs.privileged"][0])  # same start
+    # the noise moved the gripper off the expert's path
+    seed = min(noisy)
+    n = min(len(noisy[seed]["action"]), len(clean[seed]["action"]))
+    off = (noisy[seed]["obs.state"][1:n, :3] - clean[seed]["obs.state"][1:n, :3]).norm(dim=1)
+    assert off.max() > 0.005
+
+
+def test_collect_bad_options_are_one_line_errors(tmp_path):
+    from embodied.cli import main
+    from sims.vecenv import EnvError
+
+    for kwargs, words in [({"obs_mode": "rgb", "cameras": ["front", "top"]}, ("--cameras", "front, wrist")),
+                          ({"cameras": ["wrist"]}, ("--cameras", "--obs-mode rgb")),
+                          ({"noise": -0.1}, ("--noise", ">= 0")),
+                          ({"noise": float("nan")}, ("--noise",))]:
+        with pytest.raises(EnvError) as e:
+            collect_demos("Reach", 1, tmp_path / "d", **kwargs)
+        assert all(w in str(e.value) for w in words) and "\n" not in str(e.value), str(e.value)
+    assert main(["collect", "Reach", "--episodes", "1", "--out", str(tmp_path / "d"), "--obs-mode", "rgb",
+                 "--cameras", "front,top"]) == 2
+    assert not (tmp_path / "d").exists()
