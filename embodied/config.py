@@ -141,7 +141,21 @@ def config_from_dict(raw: dict[str, Any], overrides: list[str] = ()) -> Experime
         if not sep or not key:
             raise ConfigError(f"override {item!r}: expected key=value, e.g. ppo.lr=1e-3")
         _set_dotted(raw, key.strip(), yaml.safe_load(value))
-    return from_dict(ExperimentConfig, raw)
+    cfg = from_dict(ExperimentConfig, raw)
+    _check_across_sections(cfg)
+    return cfg
+
+
+def _check_across_sections(cfg: ExperimentConfig) -> None:
+    """Constraints that tie two sections together; one-line ConfigError."""
+    if cfg.train.algorithm == "grpo":
+        G = cfg.grpo.group_size
+        if G < 2 or cfg.env.num_envs % G:
+            raise ConfigError(f"grpo.group_size: env.num_envs={cfg.env.num_envs} must be a multiple of "
+                              f"group_size={G} (>= 2)")
+        if not 0.0 <= cfg.grpo.filter_low < cfg.grpo.filter_high <= 1.0:
+            raise ConfigError(f"grpo.filter_low/filter_high: need 0 <= low < high <= 1, got "
+                              f"{cfg.grpo.filter_low}, {cfg.grpo.filter_high}")
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

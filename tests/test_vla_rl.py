@@ -1,0 +1,217 @@
+"""RL math of the VLA policies, checked against densities computed independently here:
+Flow-Noise and Flow-SDE chain log-probs, autoregressive token log-probs under temperature,
+ratio 1 at the first PPO epoch for every policy type and granularity, GRPO groups."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from embodied.config import ConfigError, PPOConfig, load_config
+from embodied.episodes import GroupCollector
+from embodied.learner import GRPOLearner, PPOLearner, at_level
+from embodied.rollout import RolloutCollector
+from policies.mlp import MLPActorCritic, MLPConfig
+from policies.vla.autoregressive import ARVLA
+from policies.vla.config import ARVLAConfig, FlowVLAConfig
+from policies.vla.flow import FlowVLA
+from sims.registry import make_env
+from sims.vecenv import EnvError
+
+INSTR = ["push the cube to the goal", "move the gripper to the target"]
+TINY_VISION = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+               "num_attention_heads": 2, "image_size": 32, "patch_size": 16}
+
+
+def _obs(B: int = 6, seed: int = 0) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    return {"state": torch.randn(B, 9, generator=g),
+            "rgb_front": torch.randint(0, 256, (B, 32, 32, 3), generator=g, dtype=torch.uint8),
+            "instruction": [INSTR[i % 2] for i in range(B)]}
+
+
+def _flow(method: str, **kw) -> FlowVLA:
+    torch.manual_seed(0)
+    p = FlowVLA(FlowVLAConfig(num_steps=4, noise_method=method, vision=dict(TINY_VISION), **kw))
+    with torch.no_grad():  # a noise head that is not constant, so the test sees per-element stds
+        p.noise_head.proj.weight.normal_(0.0, 0.5)
+    return p
+
+
+def _normal(x, mean, std):
+    return torch.distributions.Normal(mean.double(), std.double()).log_prob(x.double())
+
+
+def test_flow_noise_log_prob_is_the_gaussian_density_of_the_chain():
+    p = _flow("flow_noise", execute_steps=3)
+    obs = _obs()
+    out = p.act(obs)
+    chain, N, A = out.replay["chain"], 4, 4
+    assert out.replay["stochastic"].all() and chain.shape == (6, N + 1, 4, 32)
+    prefix, state = p.encode(obs)
+    expect = torch.zeros(6, 4, A, dtype=torch.float64)
+    entropy = torch.zeros(6, dtype=torch.float64)
+    with torch.no_grad():
+        for i in range(N):
+            t = torch.full((6,), 1.0 - i / N)
+            v, h = p.expert(prefix.kv, prefix.mask, state, chain[:, i], t, with_hidden=True)
+            mean = chain[:, i] - v / N
+            std = 0.08 + 0.08 * torch.sigmoid(h @ p.noise_head.proj.weight.T + p.noise_head.proj.bias)
+            expect += _normal(chain[:, i + 1, :, :A], mean[..., :A], std[..., :A])
+            entropy += torch.distributions.Normal(0.0, std[:, :3, :A].double()).entropy().sum((1, 2))
+            # padded dims follow the ODE exactly
+            torch.testing.assert_close(chain[:, i + 1, :, A:], mean[..., A:], atol=1e-6, rtol=0)
+    torch.testing.assert_close(out.log_prob_parts.double(), expect[:, :3], atol=1e-4, rtol=1e-5)
+    torch.testing.assert_close(out.log_prob.double(), expect[:, :3].sum((1, 2)), atol=1e-3, rtol=1e-5)
+    ev = p.evaluate(obs, out.replay)
+    torch.testing.assert_close(ev.entropy.double(), entropy, atol=1e-4, rtol=1e-5)
+    assert (ev.log_prob - out.log_prob).abs().max() < 1e-5
+    ev.log_prob.sum().backward()  # the noise head learns through the log-prob
+    assert p.noise_head.proj.weight.grad.abs().sum() > 0 and p.expert.action_out.weight.grad.abs().sum() > 0
+
+
+def test_flow_sde_log_prob_is_the_density_of_its_one_stochastic_step():
+    a = 0.7
+    p = _flow("flow_sde", sde_noise_level=a)
+    obs = _obs()
+    out = p.act(obs)
+    chain, stoch, N, A = out.replay["chain"], out.replay["stochastic"], 4, 4
+    assert (stoch.sum(1) == 1).all()
+    prefix, state = p.encode(obs)
+    expect = torch.zeros(6, 4, A, dtype=torch.float64)
+    dt = 1.0 / N
+    with torch.no_grad():
+        for i in range(N):
+            t = 1.0 - i / N
+            v = p.velocity(prefix, state, chain[:, i], torch.full((6,), t))
+            ts = min(t, 1 - dt)
+            g2 = a * a * ts / (1 - ts)
+            mean = chain[:, i] - dt * v - dt * g2 / (2 * t) * (chain[:, i] + (1 - t) * v)
+            rows = stoch[:, i]
+            lp = _normal(chain[:, i + 1, :, :A], mean[..., :A], torch.full_like(mean[..., :A], math.sqrt(g2 * dt)))
+            expect[rows] += lp[rows]
+            ode = chain[:, i] - dt * v  # every other step is a plain ODE step
+            torch.testing.assert_close(chain[~rows, i + 1], ode[~rows], atol=1e-6, rtol=0)
+    torch.testing.assert_close(out.log_prob_parts.double(), expect, atol=1e-4, rtol=1e-5)
+    assert (p.evaluate(obs, out.replay).log_prob - out.log_prob).abs().max() < 1e-5
+
+
+def test_ar_log_probs_are_the_log_softmax_of_the_restricted_logits():
+    temp = 1.6
+    torch.manual_seed(0)
+    p = ARVLA(ARVLAConfig(temperature=temp, vision=dict(TINY_VISION), chunk_size=2, execute_steps=1))
+    obs = _obs()
+    out = p.act(obs)
+    bins = out.replay["bins"]  # [B, K * A]
+    ids, mask = p.text(obs, 6)
+    embeds, emask = p.prefix.embed(obs, ids, mask)
+    seq = torch.cat([embeds, p.prefix.lm.get_input_embeddings()(bins[:, :-1] + p.base_id)], 1)
+    full = torch.cat([emask, torch.ones(6, bins.shape[1] - 1, dtype=torch.bool)], 1)
+    pos = (full.long().cumsum(1) - 1).clamp(min=0)
+    with torch.no_grad():
+        logits = p.prefix.lm(inputs_embeds=seq, attention_mask=full.long(), position_ids=pos).logits
+    T = embeds.shape[1]
+    restricted = logits[:, T - 1:, p.base_id:p.base_id + 256] / temp  # [B, M, 256]
+    tok = torch.log_softmax(restricted.double(), -1).gather(-1, bins[..., None]).squeeze(-1)  # [B, M]
+    torch.testing.assert_close(out.log_prob_parts.double(), tok.view(6, 2, 4)[:, :1], atol=1e-4, rtol=1e-5)
+    assert out.log_prob_parts.shape == (6, 1, 4)  # only the executed action's tokens
+
+
+def _rollout(policy, task="PushCube", B=4, T=3, image=True):
+    env = make_env(task, B, obs_mode="rgb", image_size=32) if image else make_env(task, B)
+    col = RolloutCollector(env, policy, T)
+    col.reset(seed=0)
+    traj = col.collect()
+    env.close()
+    return traj
+
+
+POLICIES = {
+    "mlp": lambda: MLPActorCritic(MLPConfig(obs_dim=make_env("PushCube", 1).spec.privileged_dim, action_dim=4,
+                                            obs_key="privileged", hidden_sizes=[32])),
+    "flow_noise": lambda: _flow("flow_noise", execute_steps=2),
+    "flow_sde": lambda: _flow("flow_sde"),
+    "ar": lambda: ARVLA(ARVLAConfig(temperature=1.6, vision=dict(TINY_VISION), chunk_size=2)),
+}
+
+
+@pytest.mark.parametrize("name", list(POLICIES))
+def test_first_ppo_ratio_is_one_at_every_level(name):
+    torch.manual_seed(1)
+    policy = POLICIES[name]()
+    traj = _rollout(policy, image=name != "mlp")
+    assert traj.log_prob_parts is not None
+    obs = {k: v.flatten(0, 1) for k, v in traj.obs.items()}
+    obs["instruction"] = [s for step in traj.instructions for s in step]
+    replay = {k: v.flatten(0, 1) for k, v in traj.replay.items()}
+    idx = torch.tensor([5, 0, 7, 2, 11])  # a shuffled minibatch, as in the learner
+    mb = {k: (v[idx] if torch.is_tensor(v) else [v[i] for i in idx.tolist()]) for k, v in obs.items()}
+    with torch.no_grad():
+        ev = policy.evaluate(mb, {k: v[idx] for k, v in replay.items()})
+    valid = traj.valid.flatten(0, 1)[idx]
+    for level in ("chunk", "action", "token"):
+        new, mask = at_level(ev.log_prob, ev.log_prob_parts, valid, level)
+        old, _ = at_level(traj.log_probs.flatten()[idx], traj.log_prob_parts.flatten(0, 1)[idx], valid, level)
+        ratio = torch.exp(new - old)[mask]
+        assert (ratio - 1).abs().max() < 1e-5, (level, ratio)
+
+
+def test_ppo_learner_moves_a_flow_noise_policy_and_recomputes_old_log_probs():
+    policy = _flow("flow_noise")
+    traj = _rollout(policy)
+    before = [p.detach().clone() for p in policy.noise_head.parameters()]
+    cfg = PPOConfig(epochs=1, minibatches=2, logprob_level="action", recompute_log_probs=True, lr=1e-5)
+    stats = PPOLearner(policy, cfg).update(traj)
+    assert abs(stats["ratio"] - 1.0) < 0.05 and stats["minibatch_updates"] == 2
+    assert any(not torch.equal(b, p) for b, p in zip(before, policy.noise_head.parameters()))
+
+
+def test_critic_warmup_leaves_the_actor_alone():
+    policy = _flow("flow_noise")
+    traj = _rollout(policy)
+    actor = [p.detach().clone() for p in policy.actor_parameters()]
+    critic = [p.detach().clone() for p in policy.critic_parameters()]
+    stats = PPOLearner(policy, PPOConfig(epochs=1, minibatches=1, critic_warmup_iters=1)).update(traj)
+    assert stats["critic_warmup"] == 1.0
+    assert all(torch.equal(a, p) for a, p in zip(actor, policy.actor_parameters()))
+    assert any(not torch.equal(c, p) for c, p in zip(critic, policy.critic_parameters()))
+
+
+def test_grpo_groups_share_initial_states_and_mask_their_episodes():
+    policy = _flow("flow_sde")
+    env = make_env("PushCube", 6, obs_mode="rgb", image_size=32)
+    col = GroupCollector(env, policy, group_size=3, seed=5)
+    traj = col.collect()
+    env.close()
+    assert traj.group_ids.tolist() == [0, 0, 0, 1, 1, 1]
+    s0 = traj.obs["state"][0]
+    assert torch.equal(s0[0], s0[1]) and torch.equal(s0[0], s0[2]) and not torch.equal(s0[0], s0[3])
+    m = traj.episode_mask
+    assert m[0].all() and (m[1:] <= m[:-1]).all()  # a prefix of steps per env
+    assert not m[-1].all() or traj.dones[-1].all()
+    stats = GRPOLearner(policy, PPOConfig(epochs=1, minibatches=1), load_config(None).grpo).update(traj)
+    assert 0.0 <= stats["group_success"] <= 1.0
+
+
+def test_bad_rl_input_gives_one_line_errors(tmp_path):
+    with pytest.raises(ConfigError, match="grpo.group_size: env.num_envs=30 must be a multiple of group_size=8"):
+        load_config(None, ["train.algorithm=grpo", "env.num_envs=30"])
+    with pytest.raises(ConfigError, match="ppo.logprob_level: 'sequence' is not allowed"):
+        load_config(None, ["ppo.logprob_level=sequence"])
+    with pytest.raises(EnvError, match="group_size"):
+        GroupCollector(make_env("Reach", 5), None, group_size=2)
+    from policies.base import PolicyLoadError
+    from policies.registry import build_policy
+
+    ARVLA(ARVLAConfig(vision=dict(TINY_VISION))).save_pretrained(tmp_path / "ar")
+    env = make_env("Reach", 2, obs_mode="rgb", image_size=32)
+    cfg = load_config(None, ["policy.name=ar_vla", f"policy.init_from={tmp_path / 'ar'}",
+                             "policy.noise_method=flow_noise"]).policy
+    with pytest.raises(PolicyLoadError, match="policy.noise_method applies to flow_vla only"):
+        build_policy(cfg, env.spec)
+    cfg.noise_method, cfg.init_from = None, None
+    with pytest.raises(PolicyLoadError, match="policy.init_from"):
+        build_policy(cfg, env.spec)
+    env.close()
