@@ -33,12 +33,22 @@ def _task_cls(task: str) -> type:
 def make_env(task: str, num_envs: int, **kwargs: Any) -> VecEnv:
     """A MujocoVecEnv of `task` with num_envs envs; kwargs go to MujocoVecEnv (obs_mode,
     reward_mode, image_size, cameras, render_size, control_hz, timestep, num_threads, seed,
-    max_episode_steps, device)."""
+    max_episode_steps, device). Names starting with "ms:" ("ms:PickCube-v1") are ManiSkill3
+    tasks (sims/maniskill, the `maniskill` extra); kwargs go to ManiSkillVecEnv."""
+    if task.startswith("ms:"):
+        from sims.maniskill.env import ManiSkillVecEnv
+
+        return ManiSkillVecEnv(task, num_envs, **{k: v for k, v in kwargs.items() if v is not None})
     from sims.mujoco.env import MujocoVecEnv
 
     return MujocoVecEnv(_task_cls(task)(), num_envs, **kwargs)
 
 
 def expert_for(task: str) -> Callable[[np.ndarray], np.ndarray]:
-    """The task's scripted expert: privileged obs float [B, P] -> actions float32 [B, 4]."""
+    """The task's scripted expert: privileged obs float [B, P] -> actions float32 [B, A]
+    (A = 4 for MuJoCo tasks, 7 for ManiSkill tasks in pd_ee_delta_pose)."""
+    if task.startswith("ms:"):
+        from sims.maniskill.expert import expert_for as ms_expert_for
+
+        return ms_expert_for(task)
     return _task_cls(task).expert

@@ -1,0 +1,277 @@
+"""Where the ManiSkill envs run: batched on a GPU, or single-env instances on CPU.
+
+A backend holds B ManiSkill envs and speaks in rows (torch tensors, leading dim n):
+  reset(ids, seeds, grouped) -> rows of the reset envs
+  step(actions [n, A], ids)  -> rows of the stepped envs
+where a row dict holds "ms_state" float32 [n, D] (ManiSkill's flattened "state" observation:
+agent qpos, qvel, then the task's extras), "physics" float32 [n, P] (env.get_state()),
+"progress" float32 [n] (ManiSkill's normalized dense reward at the current state),
+"success"/"fail" bool [n], other info metrics [n], and "rgb_front" uint8 [n, H, W, 3] in rgb mode.
+
+GpuBackend: one env with num_envs=B on physx_cuda. CPU: physx_cpu allows one env per ManiSkill
+instance, so `LocalEnvs` holds k instances stepped one after the other, and `ProcBackend` spreads
+them over worker processes (one `LocalEnvs` each) behind the same calls.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from typing import Any
+
+import numpy as np
+import torch
+
+from sims.vecenv import EnvError
+
+Rows = dict[str, torch.Tensor]
+CAMERA = "base_camera"  # ManiSkill's default task camera, our "front"
+
+
+def _make(env_id: str, num_envs: int, opts: dict[str, Any]):
+    """gym.make a ManiSkill env; ManiSkill errors become one-line EnvErrors."""
+    import gymnasium as gym
+
+    import mani_skill.envs  # noqa: F401  (registers the envs)
+
+    kw = dict(num_envs=num_envs, obs_mode="rgb+state" if opts["rgb"] else "state",
+              control_mode=opts["control_mode"], sim_backend=opts["sim_backend"],
+              render_backend=opts["render_backend"], reward_mode="normalized_dense")
+    if opts["rgb"]:
+        h, w = opts["image_size"]
+        kw["sensor_configs"] = dict(width=w, height=h)
+    if opts.get("render_size"):
+        h, w = opts["render_size"]
+        kw.update(render_mode="rgb_array", human_render_camera_configs=dict(width=w, height=h))
+    try:
+        return gym.make(env_id, **kw)
+    except Exception as e:  # noqa: BLE001 - SAPIEN raises RuntimeError/AssertionError
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise EnvError(f"task: ManiSkill could not make {env_id}: {msg}") from None
+
+
+def _rows(env, obs: Any, info: dict, rgb: bool, progress: torch.Tensor | None = None) -> Rows:
+    """Rows of all envs of one ManiSkill env from its flattened obs and info; progress: the
+    normalized dense reward a step just computed (None: compute it for the current state)."""
+    u = env.unwrapped
+    state = obs["state"] if rgb else obs
+    n = state.shape[0]
+    out = {"ms_state": state.float(), "physics": u.get_state().float()}
+    if rgb:
+        out["rgb_front"] = obs["sensor_data"][CAMERA]["rgb"][..., :3].to(torch.uint8)
+    if progress is None:
+        zeros = torch.zeros(n, *u.single_action_space.shape, device=state.device)
+        progress = u.compute_normalized_dense_reward(obs=obs, action=zeros, info=info)
+    out["progress"] = progress.float().reshape(n)
+    out["fail"] = torch.zeros(n, dtype=torch.bool, device=state.device)
+    for k, v in info.items():
+        if k == "elapsed_steps" or not torch.is_tensor(v) or v.shape[:1] != (n,) or v.dim() != 1:
+            continue
+        out[k] = v.bool() if v.dtype == torch.bool else v.float()
+    return out
+
+
+def spec_of(env) -> dict[str, Any]:
+    u = env.unwrapped
+    space = u.single_action_space
+    from mani_skill.utils.registration import REGISTERED_ENVS
+
+    return {"action_dim": int(space.shape[0]), "low": float(space.low.min()), "high": float(space.high.max()),
+            "max_episode_steps": int(REGISTERED_ENVS[u.spec.id].max_episode_steps),
+            "control_hz": float(u.control_freq)}
+
+
+class LocalEnvs:
+    """k single ManiSkill envs (physx_cpu, num_envs=1) in this process."""
+
+    def __init__(self, env_id: str, k: int, opts: dict[str, Any]):
+        self.rgb = opts["rgb"]
+        self.envs = [_make(env_id, 1, opts) for _ in range(k)]
+
+    def spec(self) -> dict[str, Any]:
+        return spec_of(self.envs[0])
+
+    def reset(self, ids: list[int], seeds: list[int]) -> dict[str, np.ndarray]:
+        rows = []
+        for i, s in zip(ids, seeds):
+            obs, _ = self.envs[i].reset(seed=int(s))
+            rows.append(_rows(self.envs[i], obs, self.envs[i].unwrapped.get_info(), self.rgb))
+        return _stack(rows)
+
+    def step(self, actions: np.ndarray, ids: list[int]) -> dict[str, np.ndarray]:
+        rows = []
+        for a, i in zip(actions, ids):
+            obs, reward, _, _, info = self.envs[i].step(torch.from_numpy(a[None]))
+            rows.append(_rows(self.envs[i], obs, info, self.rgb, progress=reward))
+        return _stack(rows)
+
+    def render(self, ids: list[int]) -> np.ndarray:
+        return np.concatenate([self.envs[i].render()[..., :3].cpu().numpy() for i in ids])
+
+    def close(self) -> None:
+        for e in self.envs:
+            e.close()
+
+
+def _stack(rows: list[Rows]) -> dict[str, np.ndarray]:
+    return {k: torch.cat([r[k] for r in rows]).cpu().numpy() for k in rows[0]}
+
+
+def _worker(conn, env_id: str, k: int, opts: dict[str, Any]) -> None:
+    from sims.maniskill import lavapipe
+
+    lavapipe.configure()
+    torch.set_num_threads(1)
+    try:
+        envs = LocalEnvs(env_id, k, opts)
+        conn.send(("ok", envs.spec()))
+    except Exception as e:  # noqa: BLE001 - reported to the parent as one line
+        conn.send(("err", str(e)))
+        return
+    while True:
+        cmd, args = conn.recv()
+        if cmd == "close":
+            envs.close()
+            conn.send(("ok", None))
+            return
+        try:
+            conn.send(("ok", getattr(envs, cmd)(*args)))
+        except Exception as e:  # noqa: BLE001
+            conn.send(("err", f"{type(e).__name__}: {e}"))
+
+
+class ProcBackend:
+    """B single-env ManiSkill instances on CPU, spread over `workers` processes (0: in process)."""
+
+    def __init__(self, env_id: str, num_envs: int, workers: int, opts: dict[str, Any]):
+        self.num_envs = num_envs
+        self.local = None
+        if workers == 0:
+            self.local = LocalEnvs(env_id, num_envs, opts)
+            self.spec = self.local.spec()
+            self.owner = [(0, i) for i in range(num_envs)]
+            return
+        workers = min(workers, num_envs)
+        split = np.array_split(np.arange(num_envs), workers)
+        self.owner = [(w, j) for w, part in enumerate(split) for j in range(len(part))]
+        ctx = mp.get_context("spawn")  # no fork after torch and SAPIEN are loaded
+        self.conns, self.procs = [], []
+        for part in split:
+            parent, child = ctx.Pipe()
+            p = ctx.Process(target=_worker, args=(child, env_id, len(part), opts), daemon=True)
+            p.start()
+            self.conns.append(parent)
+            self.procs.append(p)
+        replies = [self._recv(c) for c in self.conns]
+        self.spec = replies[0]
+
+    def _recv(self, conn) -> Any:
+        status, value = conn.recv()
+        if status != "ok":
+            self.close()
+            raise EnvError(value.splitlines()[0] if value else "ManiSkill worker failed")
+        return value
+
+    def _call(self, cmd: str, ids: np.ndarray, extra: Any) -> dict[str, torch.Tensor]:
+        """Run cmd on the envs ids (global, int64 [n]); rows come back in the order of ids."""
+        if self.local is not None:
+            args = (ids.tolist(), extra) if cmd == "reset" else (extra, ids.tolist())
+            return _to_torch(getattr(self.local, cmd)(*args))
+        per: dict[int, list[int]] = {}
+        for n, i in enumerate(ids):
+            per.setdefault(self.owner[i][0], []).append(n)
+        for w, ns in per.items():
+            local = [self.owner[ids[n]][1] for n in ns]
+            if cmd == "reset":
+                args = (local, [extra[n] for n in ns])
+            else:
+                args = (extra[ns], local)
+            self.conns[w].send((cmd, args))
+        parts = {w: self._recv(self.conns[w]) for w in per}
+        out: dict[str, np.ndarray] = {}
+        for w, ns in per.items():
+            for key, v in parts[w].items():
+                if key not in out:
+                    out[key] = np.empty((len(ids), *v.shape[1:]), v.dtype)
+                out[key][ns] = v
+        return _to_torch(out)
+
+    def reset(self, ids: np.ndarray, seeds: list[int], grouped: bool = True) -> Rows:
+        return self._call("reset", ids, list(seeds))
+
+    def step(self, actions: torch.Tensor, ids: np.ndarray) -> Rows:
+        """actions float32 [n, A] for envs ids [n]."""
+        return self._call("step", ids, actions.detach().cpu().numpy())
+
+    def render(self, ids: np.ndarray) -> torch.Tensor:
+        if self.local is not None:
+            return torch.from_numpy(self.local.render(ids.tolist()))
+        frames = []
+        for i in ids:  # rare (videos): one env at a time keeps the order simple
+            w, j = self.owner[i]
+            self.conns[w].send(("render", ([j],)))
+            frames.append(self._recv(self.conns[w]))
+        return torch.from_numpy(np.concatenate(frames))
+
+    def close(self) -> None:
+        if self.local is not None:
+            self.local.close()
+            self.local = None
+        for c, p in zip(getattr(self, "conns", []), getattr(self, "procs", [])):
+            try:
+                c.send(("close", None))
+                c.recv()
+            except (OSError, EOFError, BrokenPipeError):
+                pass
+            p.join(timeout=5)
+            if p.is_alive():
+                p.terminate()
+        self.conns, self.procs = [], []
+
+
+def _to_torch(rows: dict[str, np.ndarray]) -> Rows:
+    return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in rows.items()}
+
+
+class GpuBackend:
+    """One ManiSkill env with num_envs=B on physx_cuda; rows stay on the GPU."""
+
+    def __init__(self, env_id: str, num_envs: int, opts: dict[str, Any]):
+        self.num_envs = num_envs
+        self.rgb = opts["rgb"]
+        self.env = _make(env_id, num_envs, opts)
+        self.spec = spec_of(self.env)
+        self.device = self.env.unwrapped.device
+        self._last: Rows | None = None
+
+    def reset(self, ids: np.ndarray, seeds: list[int], grouped: bool = True) -> Rows:
+        """grouped: one reset call per distinct seed (equal seeds, equal states, as on CPU);
+        otherwise one call for all ids seeded with seeds[0] (auto-resets)."""
+        groups = ([(s, [i for i, t in zip(ids, seeds) if t == s]) for s in dict.fromkeys(seeds)]
+                  if grouped else [(seeds[0], list(ids))])
+        for s, members in groups:
+            idx = torch.as_tensor(members, dtype=torch.long, device=self.device)
+            obs, _ = self.env.reset(seed=int(s), options={"env_idx": idx})
+        rows = _rows(self.env, obs, self.env.unwrapped.get_info(), self.rgb)
+        sel = torch.as_tensor(ids, dtype=torch.long, device=self.device)
+        return {k: v[sel] for k, v in rows.items()}
+
+    def step(self, actions: torch.Tensor, ids: np.ndarray) -> Rows:
+        """All B envs step (envs not in ids hold still with zero actions); rows of ids."""
+        if len(ids) == self.num_envs:
+            full = actions.to(self.device)
+        else:
+            full = torch.zeros(self.num_envs, actions.shape[1], device=self.device)
+            full[torch.as_tensor(ids, device=self.device)] = actions.to(self.device)
+        obs, reward, _, _, info = self.env.step(full)
+        rows = _rows(self.env, obs, info, self.rgb, progress=reward)
+        if len(ids) == self.num_envs:
+            return rows
+        sel = torch.as_tensor(ids, dtype=torch.long, device=self.device)
+        return {k: v[sel] for k, v in rows.items()}
+
+    def render(self, ids: np.ndarray) -> torch.Tensor:
+        frames = self.env.render()[..., :3]
+        return frames[torch.as_tensor(ids, device=frames.device)].cpu()
+
+    def close(self) -> None:
+        self.env.close()

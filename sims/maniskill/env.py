@@ -1,0 +1,241 @@
+"""ManiSkillVecEnv: ManiSkill3 tasks behind our VecEnv contract (see sims/vecenv.py).
+
+Observations (B envs; D, P depend on the task):
+  "state":       float32 [B, 18]        Panda joint positions (9) then velocities (9)
+  "privileged":  float32 [B, D + P]     ManiSkill's flattened "state" observation (starts with
+                                        "state"; then tcp pose, object poses, goal, ...), then
+                                        the physics state env.get_state() (poses and velocities
+                                        of every actor and articulation)
+  "rgb_front":   uint8   [B, H, W, 3]   ManiSkill's task camera, with obs_mode="rgb"
+  "instruction": list[str] (B)          drawn per episode from the task's templates
+Rewards (reward_mode, as in the MuJoCo suite): "staged" is ManiSkill's normalized dense reward
+P(s') in [0, 1] (1 on success); "dense" is P(s') - P(s) + 1[success]; "sparse" is 1[success].
+Auto-reset, final_obs, terminated (success or fail) / truncated (time limit), seeded per-env
+resets and chunk_step behave exactly as in MujocoVecEnv.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from sims.maniskill import lavapipe
+from sims.maniskill.tasks import DEFAULT_CONTROL_MODE, MsTask, check_control_mode, instruction, parse_name
+from sims.mujoco.seeding import parse_env_ids, parse_seeds, stream_from
+from sims.vecenv import ChunkStepResult, EnvError, EnvSpec, Obs, Seed, StepResult, VecEnv, check_action
+
+STATE_DIM = 18  # Panda qpos (7 arm + 2 fingers) and qvel
+OBS_MODES = ("state", "rgb")
+REWARD_MODES = ("dense", "staged", "sparse")
+CAMERAS = ("front",)
+INFO_KEYS = ("success", "fail")
+
+
+def _size(field: str, value: Any) -> tuple[int, int]:
+    h, w = (value, value) if isinstance(value, (int, np.integer)) else tuple(int(v) for v in value)
+    if not (8 <= h <= 1024 and 8 <= w <= 1024):
+        raise EnvError(f"{field}: H and W must be in [8, 1024], got {(h, w)}")
+    return int(h), int(w)
+
+
+class ManiSkillVecEnv(VecEnv):
+    """B ManiSkill envs of one task. task: "ms:<EnvId>[@<control_mode>]".
+
+    obs_mode "state" | "rgb"; reward_mode "dense" | "staged" | "sparse"; image_size (H, W) of
+    rgb observations; cameras: ("front",) only; render_size (H, W) of render() frames;
+    control_mode (default pd_ee_delta_pose, actions in [-1, 1]); sim_backend "auto" (physx_cuda
+    where CUDA is, else physx_cpu), "physx_cpu" or "physx_cuda"; render_backend "auto", "cpu",
+    "gpu" or "none" (no rgb); num_threads: CPU worker processes (0: one per core, capped at B;
+    1 keeps all envs in this process); seed: the episode stream until the first seeded reset;
+    max_episode_steps: override the task's time limit.
+    """
+
+    def __init__(self, task: str, num_envs: int, *, obs_mode: str = "state", reward_mode: str = "dense",
+                 image_size: Sequence[int] | int = (64, 64), cameras: Sequence[str] | None = ("front",),
+                 render_size: Sequence[int] | int = (128, 128), control_mode: str | None = None,
+                 sim_backend: str = "auto", render_backend: str = "auto", num_threads: int = 0,
+                 seed: int | None = None, max_episode_steps: int | None = None,
+                 device: str | torch.device | None = None):
+        entry, name_mode = parse_name(task)
+        self.task: MsTask = entry
+        mode = check_control_mode(control_mode or name_mode or DEFAULT_CONTROL_MODE)
+        for field, value, allowed in (("obs_mode", obs_mode, OBS_MODES), ("reward_mode", reward_mode, REWARD_MODES),
+                                      ("sim_backend", sim_backend, ("auto", "physx_cpu", "physx_cuda")),
+                                      ("render_backend", render_backend, ("auto", "cpu", "gpu", "none"))):
+            if value not in allowed:
+                raise EnvError(f"{field}: unknown value {value!r}; allowed: {', '.join(allowed)}")
+        for cam in cameras or ():
+            if cam not in CAMERAS:
+                raise EnvError(f"cameras: unknown camera {cam!r}; ManiSkill tasks have: {', '.join(CAMERAS)}")
+        if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+            raise EnvError(f"num_envs: expected a positive int, got {num_envs!r}")
+        if obs_mode == "rgb" and render_backend == "none":
+            raise EnvError("obs_mode: 'rgb' needs a renderer, but render_backend='none'; use 'auto', 'cpu' or 'gpu'")
+        vulkan = lavapipe.configure()
+        if vulkan == "none":
+            raise EnvError("ManiSkill needs Vulkan: no NVIDIA driver and no lavapipe in .cache/lavapipe; "
+                           "run `make maniskill` (or python -m sims.maniskill.lavapipe)")
+        cuda = torch.cuda.is_available()
+        if sim_backend == "auto":
+            sim_backend = "physx_cuda" if cuda else "physx_cpu"
+        if sim_backend == "physx_cuda" and not cuda:
+            raise EnvError("sim_backend: physx_cuda needs a CUDA device; use physx_cpu")
+        if render_backend == "auto":
+            render_backend = "gpu" if cuda else "cpu"
+        self.image_size, self.render_size = _size("image_size", image_size), _size("render_size", render_size)
+        self.obs_mode, self.reward_mode, self.control_mode = obs_mode, reward_mode, mode
+        opts = dict(rgb=obs_mode == "rgb", image_size=self.image_size, render_size=self.render_size,
+                    control_mode=mode, sim_backend=sim_backend, render_backend=render_backend)
+        from sims.maniskill.backend import GpuBackend, ProcBackend
+
+        if sim_backend == "physx_cuda":
+            self.backend: Any = GpuBackend(entry.env_id, int(num_envs), opts)
+        else:
+            workers = num_threads or len(os.sched_getaffinity(0))
+            self.backend = ProcBackend(entry.env_id, int(num_envs), 0 if workers <= 1 else workers, opts)
+        info = self.backend.spec
+        if info["low"] != -1.0 or info["high"] != 1.0:
+            self.close()
+            raise EnvError(f"control_mode: {mode} has actions in [{info['low']}, {info['high']}], not [-1, 1]")
+        self.device = torch.device(device) if device else torch.device(getattr(self.backend, "device", "cpu"))
+        self._rng = np.random.default_rng(seed)
+        self._seeded = False
+        self._elapsed = torch.zeros(num_envs, dtype=torch.long)
+        self._instr = [""] * int(num_envs)
+        self._cur: dict[str, torch.Tensor] = {}  # latest rows of every env (obs parts, progress)
+        seeds0 = self._draw(num_envs)
+        first = self.backend.reset(np.arange(num_envs), seeds0, grouped=False)
+        steps = int(max_episode_steps or info["max_episode_steps"])
+        self.spec = EnvSpec(task=task, num_envs=int(num_envs), action_dim=info["action_dim"], state_dim=STATE_DIM,
+                            privileged_dim=first["ms_state"].shape[1] + first["physics"].shape[1],
+                            max_episode_steps=steps, control_hz=info["control_hz"],
+                            cameras=CAMERAS if obs_mode == "rgb" else (), image_size=self.image_size)
+        self._cur = {k: v.clone() for k, v in first.items()}
+        self._reset_done(np.arange(num_envs), first, seeds0)
+
+    # ------------------------------------------------------------------ helpers
+    def _draw(self, n: int) -> list[int]:
+        return self._rng.integers(0, 2**31 - 1, n).tolist()
+
+    def _reset_done(self, ids: np.ndarray, rows: dict[str, torch.Tensor], seeds: list[int]) -> None:
+        """Record freshly reset rows of envs ids (their counters, instructions, rows)."""
+        idx = torch.as_tensor(ids, dtype=torch.long)
+        for k, v in rows.items():
+            self._cur[k][idx.to(v.device)] = v
+        self._elapsed[idx] = 0
+        for j, i in enumerate(ids):
+            self._instr[i] = instruction(self.task, seeds[j])
+
+    def _obs(self, rows: dict[str, torch.Tensor], instr: list[str]) -> Obs:
+        ms = rows["ms_state"]
+        out: Obs = {"state": ms[:, :STATE_DIM].contiguous(),
+                    "privileged": torch.cat([ms, rows["physics"]], dim=1)}
+        if self.obs_mode == "rgb":
+            out["rgb_front"] = rows["rgb_front"]
+        out = {k: v.to(self.device, copy=True) for k, v in out.items()}  # rows change in place
+        out["instruction"] = list(instr)
+        return out
+
+    # ------------------------------------------------------------------ contract
+    def reset(self, seed: Seed = None, env_ids: torch.Tensor | None = None) -> tuple[Obs, dict]:
+        ids = parse_env_ids(env_ids, self.num_envs)
+        if seed is None:
+            seeds = self._draw(len(ids))
+        else:
+            seeds = parse_seeds(seed, len(ids))
+            if not self._seeded:
+                self._rng, self._seeded = stream_from(seeds), True
+        if len(ids):
+            rows = self.backend.reset(ids, seeds, grouped=seed is not None)
+            self._reset_done(ids, rows, seeds)
+        return self._obs(self._cur, self._instr), {}
+
+    def _actions(self, action: torch.Tensor, chunk: bool = False) -> torch.Tensor:
+        check_action(action, self.spec, chunk=chunk)
+        return action.detach().float().clamp(-1.0, 1.0)
+
+    def _advance(self, a: torch.Tensor, ids: np.ndarray):
+        """One control step of envs ids with actions a [n, A] -> (rows, reward, term, trunc, info)."""
+        rows = self.backend.step(a, ids)
+        idx = torch.as_tensor(ids, dtype=torch.long)
+        self._elapsed[idx] += 1
+        success, fail = rows["success"].cpu(), rows["fail"].cpu()
+        prog, prev = rows["progress"].cpu(), self._cur["progress"][idx.to(self._cur["progress"].device)].cpu()
+        if self.reward_mode == "dense":
+            reward = prog - prev + success.float()
+        elif self.reward_mode == "staged":
+            reward = torch.where(success, torch.ones_like(prog), prog)
+        else:
+            reward = success.float()
+        for k, v in rows.items():
+            self._cur[k][idx.to(v.device)] = v
+        term = success | fail
+        trunc = (self._elapsed[idx] >= self.spec.max_episode_steps) & ~term
+        info = {k: v.cpu() for k, v in rows.items() if k not in ("ms_state", "physics", "rgb_front", "progress")}
+        return rows, reward.float(), term, trunc, info
+
+    def _auto_reset(self, done_ids: np.ndarray) -> None:
+        seeds = self._draw(len(done_ids))
+        rows = self.backend.reset(done_ids, seeds, grouped=False)
+        self._reset_done(done_ids, rows, seeds)
+
+    def step(self, action: torch.Tensor) -> StepResult:
+        a = self._actions(action)
+        ids = np.arange(self.num_envs)
+        _, reward, term, trunc, info = self._advance(a, ids)
+        final = None
+        done = term | trunc
+        if done.any():
+            final = self._obs(self._cur, self._instr)
+            self._auto_reset(np.flatnonzero(done.numpy()))
+        return StepResult(obs=self._obs(self._cur, self._instr), reward=reward, terminated=term,
+                          truncated=trunc, info=info, final_obs=final)
+
+    def chunk_step(self, actions: torch.Tensor) -> ChunkStepResult:
+        a = self._actions(actions, chunk=True)
+        B, K = a.shape[:2]
+        reward = torch.zeros(B, K)
+        term, trunc, valid = (torch.zeros(B, K, dtype=torch.bool) for _ in range(3))
+        info: dict[str, torch.Tensor] = {}
+        active = np.ones(B, bool)
+        final_rows: dict[str, torch.Tensor] | None = None
+        final_instr = list(self._instr)
+        for k in range(K):
+            ids = np.flatnonzero(active)
+            if len(ids) == 0:
+                break
+            _, r, te, tr, inf = self._advance(a[torch.as_tensor(ids), k], ids)
+            t_ids = torch.as_tensor(ids)
+            valid[t_ids, k], reward[t_ids, k], term[t_ids, k], trunc[t_ids, k] = True, r, te, tr
+            for name, v in inf.items():
+                info.setdefault(name, torch.zeros(B, K, dtype=v.dtype))[t_ids, k] = v
+            fin = ids[(te | tr).numpy()]
+            if len(fin):
+                if final_rows is None:
+                    final_rows = {key: v.clone() for key, v in self._cur.items()}
+                f = torch.as_tensor(fin)
+                for key, v in self._cur.items():
+                    final_rows[key][f.to(v.device)] = v[f.to(v.device)]
+                active[fin] = False
+        final = None
+        if final_rows is not None:
+            for key, v in self._cur.items():  # rows still running: their current state
+                run = torch.as_tensor(np.flatnonzero(active), dtype=torch.long).to(v.device)
+                final_rows[key][run] = v[run]
+            final = self._obs(final_rows, final_instr)
+            self._auto_reset(np.flatnonzero(~active))
+        return ChunkStepResult(obs=self._obs(self._cur, self._instr), reward=reward, terminated=term,
+                               truncated=trunc, info=info, valid=valid, final_obs=final)
+
+    def render(self, env_ids: Sequence[int] | None = None, camera: str | None = None) -> torch.Tensor:
+        """uint8 [n, H, W, 3] frames at render_size from ManiSkill's render camera."""
+        return self.backend.render(parse_env_ids(env_ids, self.num_envs))
+
+    def close(self) -> None:
+        backend = getattr(self, "backend", None)
+        if backend is not None:
+            backend.close()
+            self.backend = None
