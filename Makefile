@@ -12,7 +12,9 @@ export TRANSFORMERS_OFFLINE := 1
 export MUJOCO_GL ?= egl
 export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 
-.PHONY: setup demo test test-fast bench clean
+MS_STAMP := $(VENV)/.maniskill
+
+.PHONY: setup maniskill demo test test-fast bench clean
 
 setup: $(STAMP)
 
@@ -22,13 +24,22 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q -c constraints.txt -e ".[dev,ros,vla]"
 	touch $(STAMP)
 
+# ManiSkill3 extra; on machines without the NVIDIA Vulkan driver, Mesa lavapipe from the
+# system mirror's backports suite is unpacked into .cache/lavapipe (no system change).
+maniskill: $(MS_STAMP)
+
+$(MS_STAMP): $(STAMP)
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,ros,vla,maniskill]"
+	$(PY) -m sims.maniskill.lavapipe
+	touch $(MS_STAMP)
+
 demo: setup
 	$(VENV)/bin/embodied train configs/quickstart.yaml
 
-test: setup
+test: setup maniskill
 	$(PY) -m pytest -q tests
 
-test-fast: setup
+test-fast: setup maniskill
 	$(PY) -m pytest -q -m "not slow" tests
 
 bench: setup
@@ -37,4 +48,4 @@ bench: setup
 	$(PY) benchmarks/bench_vs_rsl_rl.py
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) runs .cache/lavapipe

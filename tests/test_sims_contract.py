@@ -1,5 +1,6 @@
-"""The VecEnv contract for every MuJoCo task: shapes, auto-reset, seeding, determinism,
-chunks, checkpoints, bad input."""
+"""The VecEnv contract for every MuJoCo task and for ManiSkill3 tasks ("ms:..."): shapes,
+auto-reset, seeding, determinism, chunks; checkpoints and bad input for MuJoCo (ManiSkill's
+own bad-input and rgb tests are in test_maniskill.py)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,20 @@ from sims.registry import expert_for, list_tasks, make_env
 from sims.vecenv import EnvError
 
 TASKS = list_tasks()
+# ManiSkill3 through the same tests (CPU: physx_cpu with Mesa lavapipe, set up by `make maniskill`).
+MS_TASKS = ["ms:PickCube-v1", "ms:PushCube-v1"]
+BOTH = TASKS + MS_TASKS
 
 
-def _actions(n: int, steps: int, seed: int = 0) -> list[torch.Tensor]:
+def _make(task: str, n: int, **kw):
+    if task.startswith("ms:"):
+        kw.setdefault("num_threads", 1)  # all envs in the test process: quick to start
+    return make_env(task, n, **kw)
+
+
+def _actions(n: int, steps: int, seed: int = 0, dim: int = 4) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
-    return [torch.rand(n, 4, generator=g) * 2 - 1 for _ in range(steps)]
+    return [torch.rand(n, dim, generator=g) * 2 - 1 for _ in range(steps)]
 
 
 def _assert_obs_equal(a: dict, b: dict) -> None:
@@ -33,12 +43,13 @@ def test_tasks_registered():
     assert set(TASKS) == {"Reach", "PushCube", "PickCube", "PlaceCube"}
 
 
-@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("task", BOTH + ["ms:StackCube-v1", "ms:PullCube-v1", "ms:PegInsertionSide-v1"])
 def test_state_obs_shapes(task):
-    env = make_env(task, 4)
+    env = _make(task, 4)
     obs, info = env.reset(seed=0)
     spec = env.spec
-    assert spec.action_dim == 4 and spec.num_envs == 4 and spec.cameras == ()
+    assert spec.action_dim == (7 if task.startswith("ms:") else 4)
+    assert spec.num_envs == 4 and spec.cameras == ()
     assert set(obs) == {"state", "privileged", "instruction"}
     assert obs["state"].shape == (4, spec.state_dim) and obs["state"].dtype == torch.float32
     assert obs["privileged"].shape == (4, spec.privileged_dim)
@@ -47,7 +58,7 @@ def test_state_obs_shapes(task):
     assert all(isinstance(s, str) and s for s in obs["instruction"])
     # privileged starts with the proprioceptive state
     assert torch.equal(obs["privileged"][:, : spec.state_dim], obs["state"])
-    r = env.step(torch.zeros(4, 4))
+    r = env.step(torch.zeros(4, spec.action_dim))
     assert r.reward.shape == (4,) and r.reward.dtype == torch.float32
     assert r.terminated.dtype == torch.bool and r.truncated.dtype == torch.bool
     assert r.info["success"].shape == (4,) and r.info["success"].dtype == torch.bool
@@ -84,12 +95,12 @@ def test_rgb_shows_per_env_colours():
     env.close()
 
 
-@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("task", BOTH)
 def test_truncation_and_auto_reset(task):
-    env = make_env(task, 4, max_episode_steps=3)
+    env = _make(task, 4, max_episode_steps=3)
     obs, _ = env.reset(seed=0)
-    hold = torch.zeros(4, 4)
-    hold[:, 3] = -1.0 if task != "PushCube" else 1.0
+    hold = torch.zeros(4, env.spec.action_dim)
+    hold[:, -1] = -1.0 if task != "PushCube" else 1.0
     for t in range(3):
         prev = obs
         r = env.step(hold)
@@ -109,9 +120,9 @@ def test_truncation_and_auto_reset(task):
     assert env.step(hold).truncated.all()
 
 
-@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("task", BOTH)
 def test_success_terminates_and_final_obs(task):
-    env = make_env(task, 8)
+    env = _make(task, 8)
     obs, _ = env.reset(seed=100)
     expert = expert_for(task)
     for _ in range(env.spec.max_episode_steps):
@@ -139,14 +150,14 @@ def test_failure_terminates():
     assert r.final_obs["privileged"][1, 9].item() == pytest.approx(0.5, abs=0.01)
 
 
-@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("task", BOTH)
 def test_seeding(task):
-    a = make_env(task, 4)
+    a = _make(task, 4)
     obs_a, _ = a.reset(seed=[7, 3, 7, 9])
     pa = obs_a["privileged"]
     assert torch.equal(pa[0], pa[2]) and not torch.equal(pa[0], pa[1])
     assert obs_a["instruction"][0] == obs_a["instruction"][2]
-    b = make_env(task, 2)
+    b = _make(task, 2)
     obs_b, _ = b.reset(seed=7)  # env 0 gets 7, env 1 gets 8
     assert torch.equal(obs_b["privileged"][0], pa[0])
     obs_c, _ = a.reset(seed=7, env_ids=torch.tensor([3, 1]))  # env 3 gets 7, env 1 gets 8
@@ -155,12 +166,12 @@ def test_seeding(task):
     assert torch.equal(obs_c["privileged"][0], pa[0])  # untouched rows keep their state
 
 
-@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("task", BOTH)
 def test_determinism(task):
-    envs = [make_env(task, 6, max_episode_steps=4) for _ in range(2)]
+    envs = [_make(task, 6, max_episode_steps=4) for _ in range(2)]
     obs = [e.reset(seed=11)[0] for e in envs]
     _assert_obs_equal(*obs)
-    for a in _actions(6, 10):  # spans auto-resets drawn from the batch stream
+    for a in _actions(6, 10, dim=envs[0].spec.action_dim):  # spans auto-resets drawn from the batch stream
         r0, r1 = (e.step(a) for e in envs)
         _assert_obs_equal(r0.obs, r1.obs)
         assert torch.equal(r0.reward, r1.reward)
@@ -174,13 +185,14 @@ def test_thread_count_does_not_change_results():
     _assert_obs_equal(*obs)
 
 
-@pytest.mark.parametrize("task", ["PushCube", "PickCube"])
+@pytest.mark.parametrize("task", ["PushCube", "PickCube", "ms:PushCube-v1"])
 def test_chunk_step(task):
-    env = make_env(task, 3, max_episode_steps=3)
+    env = _make(task, 3, max_episode_steps=3)
+    A = env.spec.action_dim
     env.reset(seed=0)
-    env.step(torch.zeros(3, 4))
+    env.step(torch.zeros(3, A))
     env.reset(seed=5, env_ids=torch.tensor([0]))  # env 0 has 3 steps left, envs 1, 2 two
-    r = env.chunk_step(torch.zeros(3, 4, 4))
+    r = env.chunk_step(torch.zeros(3, 4, A))
     assert r.valid.tolist() == [[True, True, True, False], [True, True, False, False],
                                 [True, True, False, False]]
     assert r.truncated.tolist() == [[False, False, True, False], [False, True, False, False],
@@ -189,15 +201,15 @@ def test_chunk_step(task):
     assert r.done.all() and r.final_obs is not None
     assert r.obs["privileged"].shape == (3, env.spec.privileged_dim)
     # the new episodes start fresh: 3 more steps each
-    assert env.chunk_step(torch.zeros(3, 2, 4)).valid.all()
+    assert env.chunk_step(torch.zeros(3, 2, A)).valid.all()
 
 
-@pytest.mark.parametrize("task", ["Reach", "PlaceCube"])
+@pytest.mark.parametrize("task", ["Reach", "PlaceCube", "ms:PickCube-v1"])
 def test_chunk_equals_steps(task):
-    envs = [make_env(task, 4) for _ in range(2)]
+    envs = [_make(task, 4) for _ in range(2)]
     for e in envs:
         e.reset(seed=3)
-    acts = torch.stack(_actions(4, 3, seed=1), dim=1)  # [B, K, A]
+    acts = torch.stack(_actions(4, 3, seed=1, dim=envs[0].spec.action_dim), dim=1)  # [B, K, A]
     rc = envs[0].chunk_step(acts)
     rs = [envs[1].step(acts[:, k]) for k in range(3)]
     _assert_obs_equal(rc.obs, rs[-1].obs)
