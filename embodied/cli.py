@@ -1,4 +1,4 @@
-"""`embodied` command line: train, eval, collect, list."""
+"""`embodied` command line: train, eval, collect, sft, pipeline, robot-sim, serve, list."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="embodied", description="RL for robot policies")
     sub = p.add_subparsers(dest="command", required=True)
-    t = sub.add_parser("train", help="train a policy with PPO")
+    t = sub.add_parser("train", help="train a policy with PPO or GRPO")
     t.add_argument("config", nargs="?", help="YAML config (path or name in configs/)")
     t.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. ppo.lr=1e-3")
     t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
@@ -131,6 +131,9 @@ def parser() -> argparse.ArgumentParser:
     from embodied.sft import register as register_sft
 
     register_sft(sub)
+    from embodied.pipeline import register as register_pipeline
+
+    register_pipeline(sub)
     ls = sub.add_parser("list", help="list tasks and configs")
     ls.set_defaults(fn=cmd_list)
     return p

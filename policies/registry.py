@@ -70,6 +70,8 @@ def build_vla(cfg: Any, spec: Any) -> Policy:
         raise PolicyLoadError(f"policy: {e}") from None
     if policy.name != cfg.name:
         raise PolicyLoadError(f"policy.init_from: {cfg.init_from} holds a {policy.name}, not a {cfg.name}")
+    if cfg.critic_obs is not None:
+        policy.reset_critic(cfg.critic_obs, spec.privileged_dim)
     missing = [c for c in policy.config.cameras if c not in spec.cameras]
     if missing:
         raise PolicyLoadError(f"env.cameras: the policy reads cameras {policy.config.cameras}; the env renders "

@@ -78,7 +78,7 @@ class ARVLA(VLAPolicy):
         embeds, mask = self._prefix_embeds(obs)
         hidden, cache = self.prefix.run(embeds, mask)
         B, M = embeds.shape[0], self.config.chunk_size * self.config.action_dim
-        value = self.value_from(hidden[:, -1])
+        value = self.value_from(hidden[:, -1], obs)
         h, pos, past_mask = hidden[:, -1], mask.long().sum(1), mask
         one = torch.ones(B, 1, dtype=torch.bool, device=mask.device)
         bins, decoded = [], torch.zeros(B, device=embeds.device)
@@ -125,14 +125,16 @@ class ARVLA(VLAPolicy):
         parts = self._parts(logp, bins)
         ent = -(logp.exp() * logp).sum(-1)  # [B, M]
         entropy = self.executed(ent.view(bins.shape[0], self.config.chunk_size, -1)).sum((1, 2))
-        return Evaluation(parts.sum((1, 2)), entropy, self.value_from(h), parts)
+        return Evaluation(parts.sum((1, 2)), entropy, self.value_from(h, obs), parts)
 
     def get_value(self, obs: dict[str, Any]) -> torch.Tensor:
         if self.critic is None:
             raise NotImplementedError("ARVLA was built with critic=False")
+        if self.config.critic_obs == "privileged":
+            return self.value_from(None, obs)
         embeds, mask = self._prefix_embeds(obs)
         hidden, _ = self.prefix.run(embeds, mask)
-        return self.value_from(hidden[:, -1])
+        return self.value_from(hidden[:, -1], obs)
 
     def sft_loss(self, obs: dict[str, Any], actions: torch.Tensor) -> torch.Tensor:
         """Token cross-entropy on demonstrated chunks [B, K, A]; obs['action_valid'] bool [B, K]

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from policies.base import Policy, load_weights
+from policies.normalizer import RunningNormalizer
 from policies.vla.config import VLAConfig
 from policies.vla.prefix import TextTokenizer, VisionLanguagePrefix, build_lm, build_vision
 
@@ -53,15 +54,35 @@ class VLAPolicy(Policy):
     def __init__(self, config: VLAConfig, _source_dir: str | Path | None = None):
         super().__init__(config)
         self.chunk_size = config.chunk_size
-        self.has_critic = config.critic
         self.tokenizer = TextTokenizer(config, _source_dir)
         self.text_vocab = self.tokenizer.vocab_size
         lm = build_lm(config, self.text_vocab + self.extra_vocab(), self.causal_lm)
         self.prefix = VisionLanguagePrefix(config, build_vision(config), lm, marker=self.marker)
         self.state_stats, self.action_stats = Stats(config.state_dim), Stats(config.action_dim)
-        width = self.prefix.width
-        self.critic = (nn.Sequential(nn.Linear(width, config.critic_hidden), nn.Tanh(),
-                                     nn.Linear(config.critic_hidden, 1)) if config.critic else None)
+        self._build_critic()
+
+    def _build_critic(self) -> None:
+        cfg = self.config
+        self.critic, self.critic_norm = None, None
+        if cfg.critic and cfg.critic_obs == "privileged":  # asymmetric: the simulator's state
+            h = cfg.critic_hidden
+            self.critic_norm = RunningNormalizer(cfg.privileged_dim)
+            self.critic = nn.Sequential(nn.Linear(cfg.privileged_dim, h), nn.Tanh(), nn.Linear(h, h),
+                                        nn.Tanh(), nn.Linear(h, 1))
+        elif cfg.critic:
+            self.critic = nn.Sequential(nn.Linear(self.prefix.width, cfg.critic_hidden), nn.Tanh(),
+                                        nn.Linear(cfg.critic_hidden, 1))
+        if self.critic is not None:
+            self.critic.to(self.device)
+        self.has_critic = self.critic is not None
+
+    def reset_critic(self, critic_obs: str, privileged_dim: int = 0) -> None:
+        """A fresh value head reading `critic_obs` (SFT never trains the critic, so RL may pick
+        its input): "prefix" or "privileged" (obs['privileged'] of width privileged_dim)."""
+        self.config.critic, self.config.critic_obs = True, critic_obs
+        self.config.privileged_dim = privileged_dim
+        self.config.__post_init__()
+        self._build_critic()
 
     def extra_vocab(self) -> int:
         """Token ids appended after the text vocabulary (the AR policy's action bins)."""
@@ -91,11 +112,18 @@ class VLAPolicy(Policy):
         n = self.config.execute_steps
         return actions[:, :n] if 0 < n < actions.shape[1] else actions
 
-    def value_from(self, features: torch.Tensor) -> torch.Tensor | None:
-        """Critic on detached features [B, D] -> [B] (None without a critic)."""
+    def value_from(self, features: torch.Tensor | None, obs: dict[str, Any]) -> torch.Tensor | None:
+        """Critic -> [B] (None without a critic): on detached backbone features [B, D], or with
+        critic_obs="privileged" on the normalised obs['privileged'] [B, P] (asymmetric critic)."""
         if self.critic is None:
             return None
+        if self.critic_norm is not None:
+            return self.critic(self.critic_norm(obs["privileged"].to(self.device).float())).squeeze(-1)
         return self.critic(features.detach().float()).squeeze(-1)
+
+    def update_normalizer(self, obs: dict[str, Any]) -> None:
+        if self.critic_norm is not None and obs is not None and "privileged" in obs:
+            self.critic_norm.update(obs["privileged"].float())
 
     def critic_parameters(self):
         return iter(()) if self.critic is None else self.critic.parameters()

@@ -45,8 +45,17 @@ class VLAConfig:
     lm: dict[str, Any] = field(default_factory=_tiny_lm)  # LM config kwargs (vocab_size is set for you)
     pretrained_vision: str | None = None  # local SigLIP directory
     pretrained_lm: str | None = None  # local LM directory (its tokenizer is used)
-    critic: bool = True  # value head on detached backbone features
+    critic: bool = True  # a value head (never trained by SFT; RL's PPO trains it)
     critic_hidden: int = 64
+    critic_obs: str = "prefix"  # "prefix": detached pooled backbone features; "privileged": the sim's state
+    privileged_dim: int = 0  # width of obs['privileged'] for critic_obs="privileged" (set by the RL builder)
+
+
+    def __post_init__(self) -> None:
+        if self.critic_obs not in ("prefix", "privileged"):
+            raise ValueError(f"critic_obs: {self.critic_obs!r} is not allowed; choose prefix or privileged")
+        if self.critic and self.critic_obs == "privileged" and self.privileged_dim < 1:
+            raise ValueError("privileged_dim: critic_obs=privileged needs the width of obs['privileged']")
 
 
 @dataclass
@@ -65,6 +74,7 @@ class FlowVLAConfig(VLAConfig):
     sde_noise_level: float = 0.5  # Flow-SDE: a in g_t = a * sqrt(t / (1 - t))
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         from policies.vla.exploration import METHODS
 
         if self.noise_method not in METHODS:

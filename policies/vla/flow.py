@@ -175,7 +175,7 @@ class FlowVLA(VLAPolicy):
         noise = torch.zeros(shape, device=self.device) if deterministic else torch.randn(shape, device=self.device)
         chain, stochastic = self.sample(prefix, state, noise, N, method)
         actions = self.action_stats.unnormalize(chain[:, -1, :, :self.config.action_dim]).clamp(-1.0, 1.0)
-        value = self.value_from(masked_mean(prefix.hidden, prefix.mask))
+        value = self.value_from(masked_mean(prefix.hidden, prefix.mask), obs)
         n = self.executed(actions).shape[1]
         if stochastic.any():
             parts = self.chain_log_prob(prefix, state, chain, stochastic)[0][:, :n]
@@ -196,13 +196,15 @@ class FlowVLA(VLAPolicy):
         else:
             parts = torch.zeros(chain.shape[0], n, self.config.action_dim, device=self.device)
             entropy = parts.sum((1, 2))
-        value = self.value_from(masked_mean(prefix.hidden, prefix.mask))
+        value = self.value_from(masked_mean(prefix.hidden, prefix.mask), obs)
         return Evaluation(parts.sum((1, 2)), entropy, value, parts)
 
     def get_value(self, obs: dict[str, Any]) -> torch.Tensor:
         if self.critic is None:
             raise NotImplementedError("FlowVLA was built with critic=False")
+        if self.config.critic_obs == "privileged":
+            return self.value_from(None, obs)
         B = obs["state"].shape[0]
         ids, mask = self.text(obs, B)
         prefix, _ = self.prefix(obs, ids, mask)
-        return self.value_from(masked_mean(prefix.hidden, prefix.mask))
+        return self.value_from(masked_mean(prefix.hidden, prefix.mask), obs)
