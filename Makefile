@@ -34,7 +34,7 @@ $(MS_STAMP): $(STAMP)
 	touch $(MS_STAMP)
 
 demo: setup
-	$(VENV)/bin/embodied train configs/quickstart.yaml
+	$(VENV)/bin/embodied pipeline demo
 
 test: setup maniskill
 	$(PY) -m pytest -q tests

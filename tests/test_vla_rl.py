@@ -215,3 +215,33 @@ def test_bad_rl_input_gives_one_line_errors(tmp_path):
     with pytest.raises(PolicyLoadError, match="policy.init_from"):
         build_policy(cfg, env.spec)
     env.close()
+
+
+def test_every_shipped_config_loads():
+    from pathlib import Path
+
+    from embodied.pipeline import load_pipeline
+    from embodied.sft import load_sft_config
+
+    configs = sorted((Path(__file__).resolve().parent.parent / "configs").glob("*.yaml"))
+    assert len(configs) >= 10
+    for path in configs:
+        if path.stem.startswith("sft_"):
+            load_sft_config(path)
+        elif path.stem == "demo":
+            run_dir, collect, sft, rl = load_pipeline(path)
+            assert rl.policy.init_from == str(run_dir / "sft" / "final") and sft.dataset == str(run_dir / "data")
+        else:
+            load_config(path)
+
+
+def test_pipeline_owns_the_paths_between_stages(tmp_path):
+    from pathlib import Path
+
+    from embodied.pipeline import load_pipeline
+
+    demo = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
+    with pytest.raises(ConfigError, match="rl.policy.init_from: set by the pipeline"):
+        load_pipeline(demo, ["rl.policy.init_from=somewhere"])
+    with pytest.raises(ConfigError, match="rl.env.task"):
+        load_pipeline(demo, ["rl.env.task=Reach"])
