@@ -14,8 +14,9 @@ def _tasks() -> dict[str, type]:
     from sims.mujoco.tasks.place_cube import PlaceCube
     from sims.mujoco.tasks.push_cube import PushCube
     from sims.mujoco.tasks.reach import Reach
+    from sims.mujoco.tasks.reach_color import ReachColor
 
-    return {cls.name: cls for cls in (Reach, PushCube, PickCube, PlaceCube)}
+    return {cls.name: cls for cls in (Reach, ReachColor, PushCube, PickCube, PlaceCube)}
 
 
 def list_tasks() -> list[str]:

@@ -24,7 +24,9 @@ FINGER_MAX = 0.045  # travel of each finger: gap in [0, 0.09]
 FINGER_HALF = (0.005, 0.015, 0.025)  # finger box half sizes (x thickness, y width, z length)
 FINGER_Z = 0.015  # finger centre above the TCP: fingertips reach 1 cm below the TCP
 TARGET_HALF = 0.03  # target square half size
-MARKER_RADIUS = 0.012  # goal sphere radius
+MARKER_RADIUS = 0.012  # goal sphere radius (default of SceneOptions.sphere_radius)
+POLE_RADIUS = 0.008  # visual pole under a goal sphere (SceneOptions.pole)
+POLE_LENGTH = 0.35  # reaches below the table top from any goal height in the workspace
 
 # Named palette: colour name -> RGBA. Tasks index it by position.
 PALETTE: dict[str, tuple[float, float, float, float]] = {
@@ -44,8 +46,14 @@ class SceneOptions:
     """What a task puts on the table.
 
     cube: include one free 4 cm cube ("cube" body, "cube" joint and geom).
-    marker: "square" (flat target square on the table), "sphere" (floating goal point) or
-      both, as mocap bodies "target" and "goal"; visual only.
+    markers: "square" (flat target square on the table, mocap body "target"), "sphere"
+      (floating goal point, mocap body "goal"), "target_sphere" (a second floating point in
+      place of the square, mocap body "target"); visual only (contype/conaffinity 0).
+    pole: stand each sphere on a thin vertical pole down into the table, so that its height
+      and its position over the table are visible from a camera above the table (visual only:
+      physics is unchanged).
+    goal_rgba / target_rgba: colours of the "sphere" and "target_sphere" markers (and poles).
+    sphere_radius: of the sphere markers (visual only; success radii are the tasks' own).
     timestep: physics step (s).
     image_size: largest (H, W) rendered, to size the offscreen buffer (tiled renders use
       a grid of them).
@@ -53,6 +61,10 @@ class SceneOptions:
 
     cube: bool = True
     markers: tuple[str, ...] = ("square",)
+    pole: bool = False
+    goal_rgba: tuple[float, float, float, float] = (0.1, 0.9, 0.2, 0.6)
+    target_rgba: tuple[float, float, float, float] = PALETTE["blue"]
+    sphere_radius: float = MARKER_RADIUS
     timestep: float = 0.005
     image_size: tuple[int, int] = (64, 64)
     cameras: tuple[str, ...] = ("front", "wrist")
@@ -99,6 +111,20 @@ def _gripper_xml() -> str:
     </body>"""
 
 
+def _sphere_xml(name: str, rgba: tuple[float, ...], pole: bool, radius: float) -> str:
+    """A mocap body `name` holding a visual sphere (geom `name`) and optionally a pole below it."""
+    stick = ""
+    if pole:
+        stick = f"""
+      <geom name="{name}_pole" type="cylinder" class="visual" fromto="0 0 0 0 0 {-POLE_LENGTH:g}"
+            size="{POLE_RADIUS:g}" rgba="{_fmt(*rgba[:3])} 1"/>"""
+    return f"""
+    <body name="{name}" mocap="true" pos="0 0 0.1">
+      <geom name="{name}" type="sphere" class="visual" size="{radius:g}"
+            rgba="{_fmt(*rgba)}"/>{stick}
+    </body>"""
+
+
 def build_mjcf(opts: SceneOptions) -> str:
     """The scene's MJCF text."""
     h, w = opts.image_size
@@ -114,18 +140,18 @@ def build_mjcf(opts: SceneOptions) -> str:
             rgba="0.85 0.12 0.1 1"/>
     </body>"""
     markers = ""
+    if "square" in opts.markers and "target_sphere" in opts.markers:
+        raise ValueError("markers: 'square' and 'target_sphere' are both the mocap body 'target'")
     if "square" in opts.markers:
         markers += f"""
     <body name="target" mocap="true" pos="0.1 0 0">
       <geom name="target" type="box" class="visual" pos="0 0 0.0006"
             size="{_fmt(TARGET_HALF, TARGET_HALF, 0.0005)}" rgba="0.15 0.7 0.2 1"/>
     </body>"""
+    if "target_sphere" in opts.markers:
+        markers += _sphere_xml("target", opts.target_rgba, opts.pole, opts.sphere_radius)
     if "sphere" in opts.markers:
-        markers += f"""
-    <body name="goal" mocap="true" pos="0 0 0.1">
-      <geom name="goal" type="sphere" class="visual" size="{MARKER_RADIUS:g}"
-            rgba="0.1 0.9 0.2 0.6"/>
-    </body>"""
+        markers += _sphere_xml("goal", opts.goal_rgba, opts.pole, opts.sphere_radius)
     cameras = ""
     if "front" in opts.cameras:
         pos = (0.2, -0.5, 0.4)

@@ -1,4 +1,8 @@
-"""Reach: move the gripper's TCP to a randomised point shown by a floating marker sphere.
+"""Reach: move the gripper's TCP to a randomised point shown by a marker sphere on a pole.
+
+The sphere (4 cm across, visual only) stands on a thin visual pole that goes down into the
+table: where the pole meets the table shows the goal's position over the table, and the
+pole's length its height, so the goal is observable from the front camera alone.
 
 Success: TCP within 2.5 cm of the goal. No failure. 50 control steps.
 Progress (see base.py for the rewards made of it): 1 - tanh(10 * distance).
@@ -21,7 +25,8 @@ class Reach(Task):
     max_episode_steps = 50
     privileged_dim = REACH_PRIV_DIM
     layout = REACH_LAYOUT
-    scene = SceneOptions(cube=False, markers=("sphere",))
+    scene = SceneOptions(cube=False, markers=("sphere",), pole=True, sphere_radius=0.02,
+                         goal_rgba=(0.1, 0.9, 0.2, 1.0))
 
     def sample_episode(self, rng: np.random.Generator, n: int) -> Episode:
         tcp = np.stack([rng.uniform(-0.05, 0.05, n), rng.uniform(-0.05, 0.05, n),
