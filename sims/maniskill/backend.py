@@ -104,6 +104,16 @@ class LocalEnvs:
             rows.append(_rows(self.envs[i], obs, info, self.rgb, progress=reward))
         return _stack(rows)
 
+    def restore(self, states: np.ndarray, ids: list[int]) -> dict[str, np.ndarray]:
+        """Set envs ids to physics states float32 [n, P] (env.set_state); their rows."""
+        rows = []
+        for st, i in zip(states, ids):
+            u = self.envs[i].unwrapped
+            u.set_state(torch.from_numpy(st[None]))
+            info = u.get_info()
+            rows.append(_rows(self.envs[i], u.get_obs(info), info, self.rgb))
+        return _stack(rows)
+
     def render(self, ids: list[int]) -> np.ndarray:
         return np.concatenate([self.envs[i].render()[..., :3].cpu().numpy() for i in ids])
 
@@ -202,6 +212,10 @@ class ProcBackend:
         """actions float32 [n, A] for envs ids [n]."""
         return self._call("step", ids, actions.detach().cpu().numpy())
 
+    def restore(self, states: torch.Tensor, ids: np.ndarray) -> Rows:
+        """Set envs ids to physics states [n, P]; rows of ids."""
+        return self._call("restore", ids, states.detach().cpu().numpy())
+
     def render(self, ids: np.ndarray) -> torch.Tensor:
         if self.local is not None:
             return torch.from_numpy(self.local.render(ids.tolist()))
@@ -268,6 +282,13 @@ class GpuBackend:
             return rows
         sel = torch.as_tensor(ids, dtype=torch.long, device=self.device)
         return {k: v[sel] for k, v in rows.items()}
+
+    def restore(self, states: torch.Tensor, ids: np.ndarray) -> Rows:
+        """Physics states [B, P] of all envs (ids must be all of them)."""
+        u = self.env.unwrapped
+        u.set_state(states.to(self.device))
+        info = u.get_info()
+        return _rows(self.env, u.get_obs(info), info, self.rgb)
 
     def render(self, ids: np.ndarray) -> torch.Tensor:
         frames = self.env.render()[..., :3]

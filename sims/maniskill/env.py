@@ -16,6 +16,7 @@ resets and chunk_step behave exactly as in MujocoVecEnv.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Sequence
 
@@ -229,6 +230,31 @@ class ManiSkillVecEnv(VecEnv):
             self._auto_reset(np.flatnonzero(~active))
         return ChunkStepResult(obs=self._obs(self._cur, self._instr), reward=reward, terminated=term,
                                truncated=trunc, info=info, valid=valid, final_obs=final)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Physics states (env.get_state()), counters, instructions, progress and the seed stream.
+        A restored env continues from the same states; PhysX solver caches are not saved, so
+        the continuation is close to, not bit-identical with, the original."""
+        return {"task": self.spec.task, "num_envs": self.num_envs,
+                "physics": self._cur["physics"].cpu().numpy().copy(),
+                "progress": self._cur["progress"].cpu().numpy().copy(),
+                "elapsed_steps": self._elapsed.numpy().copy(), "instructions": list(self._instr),
+                "rng_state": json.dumps(self._rng.bit_generator.state), "rng_seeded": int(self._seeded)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("task") != self.spec.task or int(state.get("num_envs", -1)) != self.num_envs:
+            raise EnvError(f"state_dict: saved for {state.get('task')} x {state.get('num_envs')}, "
+                           f"this env is {self.spec.task} x {self.num_envs}")
+        ids = np.arange(self.num_envs)
+        rows = self.backend.restore(torch.as_tensor(np.asarray(state["physics"], np.float32)), ids)
+        for k, v in rows.items():
+            self._cur[k][:] = v
+        self._cur["progress"][:] = torch.as_tensor(np.asarray(state["progress"], np.float32))
+        self._elapsed[:] = torch.as_tensor(np.asarray(state["elapsed_steps"], np.int64))
+        self._instr = [str(x) for x in state["instructions"]]
+        rng = np.random.default_rng()
+        rng.bit_generator.state = json.loads(state["rng_state"])
+        self._rng, self._seeded = rng, bool(int(state["rng_seeded"]))
 
     def render(self, env_ids: Sequence[int] | None = None, camera: str | None = None) -> torch.Tensor:
         """uint8 [n, H, W, 3] frames at render_size from ManiSkill's render camera."""
