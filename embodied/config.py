@@ -55,6 +55,7 @@ class PolicyConfig:
     sde_noise_level: float | None = None  # flow_sde: a in g_t = a sqrt(t / (1 - t))
     temperature: float | None = None  # ar: sampling temperature (log-probs are taken under it)
     critic_obs: Literal["prefix", "privileged"] | None = None  # a fresh VLA value head on this input
+    freeze: Literal["none", "vision", "vlm"] = "none"  # VLAs: weights RL leaves alone (vlm: flow only)
 
 
 @dataclass

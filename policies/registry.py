@@ -72,6 +72,12 @@ def build_vla(cfg: Any, spec: Any) -> Policy:
         raise PolicyLoadError(f"policy.init_from: {cfg.init_from} holds a {policy.name}, not a {cfg.name}")
     if cfg.critic_obs is not None:
         policy.reset_critic(cfg.critic_obs, spec.privileged_dim)
+    if cfg.freeze == "vlm" and cfg.name != "flow_vla":
+        raise PolicyLoadError("policy.freeze=vlm applies to flow_vla only (the AR policy's actions are LM tokens); "
+                              "use none or vision")
+    frozen = {"none": [], "vision": [policy.prefix.vision, policy.prefix.projector], "vlm": [policy.prefix]}
+    for module in frozen[cfg.freeze]:
+        module.requires_grad_(False)
     missing = [c for c in policy.config.cameras if c not in spec.cameras]
     if missing:
         raise PolicyLoadError(f"env.cameras: the policy reads cameras {policy.config.cameras}; the env renders "
