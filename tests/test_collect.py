@@ -141,7 +141,7 @@ def test_sft_command_end_to_end(tmp_path):
     from embodied.cli import main
     from policies.base import Policy
 
-    collect_demos("Reach", 4, tmp_path / "d", obs_mode="rgb", num_envs=4)
+    collect_demos("Reach", 4, tmp_path / "d", obs_mode="rgb", num_envs=4, cameras=["front", "wrist"], noise=0.3)
     run = tmp_path / "run"
     code = main(["sft", str(ROOT / "configs" / "sft_reach_flow.yaml"), f"dataset={tmp_path / 'd'}",
                  f"run_dir={run}", "steps=6", "batch_size=8", "warmup_steps=2", "eval_every=0",
@@ -149,9 +149,10 @@ def test_sft_command_end_to_end(tmp_path):
     assert code == 0
     policy = Policy.from_pretrained(run / "final")
     obs = {"rgb_front": torch.zeros(2, 64, 64, 3, dtype=torch.uint8), "state": torch.zeros(2, 9),
+           "rgb_wrist": torch.zeros(2, 64, 64, 3, dtype=torch.uint8),
            "instruction": ["move the gripper to the target"] * 2}
     with torch.no_grad():
-        assert policy.act(obs, deterministic=True).actions.shape == (2, 4, 4)
+        assert policy.act(obs, deterministic=True).actions.shape == (2, 2, 4)  # execute_steps: 2 of K = 4
 
 
 def test_collect_cameras_and_dart_noise(tmp_path):
