@@ -88,7 +88,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_list(args: argparse.Namespace) -> int:
     from sims.registry import list_tasks
 
+    from sims.maniskill.tasks import names as maniskill_names  # imports no ManiSkill
+
     print("tasks:   " + ", ".join(list_tasks()))
+    print("maniskill tasks (the maniskill extra, docs/maniskill.md): " + ", ".join(maniskill_names()))
     print("configs: " + ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))))
     return 0
 
