@@ -58,9 +58,11 @@ class PolicyGradientLearner:
         self.optimizer = torch.optim.Adam(groups, eps=1e-5)
 
     def optimize(self, traj: Trajectory, advantages: torch.Tensor, returns: torch.Tensor | None,
-                 step_mask: torch.Tensor | None = None, train_actor: bool = True) -> dict[str, float]:
+                 step_mask: torch.Tensor | None = None, train_actor: bool = True,
+                 step_weights: torch.Tensor | None = None) -> dict[str, float]:
         """Update epochs on advantages [T, B] (returns [T, B] train the critic; None: no critic
-        loss); step_mask bool [T, B] drops steps (GRPO: after the episode, filtered groups)."""
+        loss); step_mask bool [T, B] drops steps (GRPO: after the episode, filtered groups);
+        step_weights float [T, B] weigh the steps in the policy loss (default: equal)."""
         cfg, policy = self.cfg, self.policy
         obs = {k: flatten_time(v) for k, v in traj.obs.items()}
         replay = {k: flatten_time(v) for k, v in traj.replay.items()}
@@ -71,6 +73,7 @@ class PolicyGradientLearner:
         old_lp, old_parts = flatten_time(traj.log_probs), traj.log_prob_parts
         old_parts = None if old_parts is None else flatten_time(old_parts)
         old_values, adv_all = flatten_time(traj.values), flatten_time(advantages)
+        w_all = None if step_weights is None else flatten_time(step_weights)
         ret_all = None if returns is None else flatten_time(returns)
 
         def minibatch(idx: torch.Tensor) -> dict[str, Any]:
@@ -104,6 +107,8 @@ class PolicyGradientLearner:
                 new_lp, mask = at_level(ev.log_prob, ev.log_prob_parts, valid[idx], cfg.logprob_level)
                 old, _ = at_level(old_lp[idx], None if old_parts is None else old_parts[idx],
                                   valid[idx], cfg.logprob_level)
+                if w_all is not None:  # a weighted mean: mask entries carry their step's weight
+                    mask = mask * w_all[idx, None]
                 pg_loss, st = ppo_policy_loss(new_lp, old, adv[:, None].expand_as(new_lp),
                                               cfg.clip_low, cfg.clip_high, cfg.dual_clip, mask)
                 loss = (pg_loss - cfg.entropy_coef * ev.entropy.mean()) if train_actor else torch.zeros(())
@@ -176,7 +181,11 @@ class PPOLearner(PolicyGradientLearner):
 class GRPOLearner(PolicyGradientLearner):
     """GRPO: one episode per env, envs grouped by reset seed (traj.group_ids); every step of
     an episode gets its group-normalised return as advantage; all-success / all-fail groups
-    (outside filter_low < rate < filter_high) are dropped; no critic, no KL term."""
+    (outside filter_low < rate < filter_high) are dropped; no critic, no KL term.
+
+    Each episode weighs the same in the loss (its steps get weight 1 / its length, GRPO's
+    per-sequence mean): with equal step weights, long failed episodes (time-outs) would
+    outweigh short successful ones and push down the likelihood of ordinary actions."""
 
     def __init__(self, policy: Any, cfg: PPOConfig, grpo: GRPOConfig):
         super().__init__(policy, cfg)
@@ -192,10 +201,12 @@ class GRPOLearner(PolicyGradientLearner):
         adv = grpo_advantages(ret, traj.group_ids, normalize_std=g.normalize_std)  # [B]
         keep = grpo_keep_mask(success, traj.group_ids, g.filter_low, g.filter_high)  # [B]
         step_mask = mask & keep[None, :]
+        weights = mask.float() / mask.sum(0, keepdim=True).clamp(min=1)  # [T, B], 1 per episode
         stats = {"kept_groups": float(keep.float().sum() / traj.group_ids.bincount().max()),
                  "group_success": float(success.float().mean()), "episode_return": float(ret.mean())}
         if step_mask.any():
-            stats.update(self.optimize(traj, adv[None, :].expand_as(mask), None, step_mask))
+            stats.update(self.optimize(traj, adv[None, :].expand_as(mask), None, step_mask,
+                                       step_weights=weights))
         else:
             self.iteration += 1
         return stats

@@ -16,11 +16,12 @@ class PolicyLossStats:
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Mean of x over the entries where mask is True (all entries when None)."""
+    """Mean of x over the entries where mask is True (all entries when None); a float mask
+    gives the weighted mean sum(w x) / sum(w). An all-False mask gives 0."""
     if mask is None:
         return x.mean()
     mask = mask.to(x.dtype)
-    return (x * mask).sum() / mask.sum().clamp_min(1.0)
+    return (x * mask).sum() / mask.sum().clamp_min(1e-12)
 
 
 def ppo_policy_loss(
@@ -38,7 +39,8 @@ def ppo_policy_loss(
     objective = min(r A, clip(r, 1 - clip_low, 1 + clip_high) A)
     dual clip (for A < 0 only): objective = max(objective, dual_clip * A), which
     bounds how much a sample with a huge ratio and negative advantage can push.
-    mask: bool, same shape; False entries (padding, invalid substeps) are ignored.
+    mask: bool, same shape; False entries (padding, invalid substeps) are ignored. A float
+    mask weighs the entries (a weighted mean).
     """
     log_ratio = log_prob - old_log_prob
     ratio = torch.exp(log_ratio)
