@@ -54,7 +54,7 @@ def test_named_sphere_matches_the_colour():
         named, other = (red, blue) if "red" in text else (blue, red)
         np.testing.assert_allclose(obs["privileged"][i, L["goal"]].numpy(), named, atol=1e-6)
         np.testing.assert_allclose(obs["privileged"][i, L["other"]].numpy(), other, atol=1e-6)
-        assert np.linalg.norm(red - blue) >= 0.15 and red[0] * blue[0] < 0  # one left, one right
+        assert np.linalg.norm(red - blue) >= 0.15 and red[0] < 0 < blue[0]  # red left, blue right
     env.close()
 
 
