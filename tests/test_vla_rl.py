@@ -248,7 +248,7 @@ def test_pipeline_owns_the_paths_between_stages(tmp_path):
 
 
 def test_pipeline_end_to_end_writes_summary_plot_and_video(tmp_path, capsys):
-    """collect -> SFT -> GRPO -> eval on a tiny budget: every stage's output exists."""
+    """collect -> SFT -> PPO -> eval on a tiny budget: every stage's output exists."""
     import json
     from pathlib import Path
 
@@ -257,7 +257,7 @@ def test_pipeline_end_to_end_writes_summary_plot_and_video(tmp_path, capsys):
     demo = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
     rc = main(["pipeline", str(demo), f"run_dir={tmp_path / 'demo'}", "collect.episodes=6",
                "collect.image_size=32", "sft.steps=10", "sft.batch_size=8", "sft.warmup_steps=2",
-               "rl.env.image_size=32", "rl.env.num_envs=16", "rl.train.total_steps=200",
+               "rl.env.image_size=32", "rl.env.num_envs=8", "rl.ppo.rollout_steps=4", "rl.train.total_steps=200",
                "rl.train.eval_episodes=4", "rl.train.video_episodes=1", "rl.train.progress=false"])
     assert rc == 0
     summary = json.loads((tmp_path / "demo" / "summary.json").read_text())
