@@ -15,7 +15,11 @@ class GroupCollector:
     """B = num_groups * G envs; group g's G envs reset from one seed, so they start from the
     same initial state and differ only through the policy's sampling. `collect` runs until
     every env has finished its episode once; steps after an env's episode ended are padding
-    (episode_mask False). Group seeds advance by num_groups per call, from `seed`."""
+    (episode_mask False).
+
+    Group seeds are drawn from a generator seeded with `seed`, uniformly in [0, 2^31): small
+    seeds are what `embodied collect` gives its demonstrations (0, 1, 2, ...), and training
+    on the demonstrations' own initial states would overstate rollout success."""
 
     def __init__(self, env: VecEnv, policy: Any, group_size: int, seed: int = 0):
         B = env.num_envs
@@ -23,15 +27,15 @@ class GroupCollector:
             raise EnvError(f"grpo.group_size: env.num_envs={B} must be a multiple of group_size={group_size} (>= 2)")
         self.env, self.policy, self.group_size = env, policy, group_size
         self.num_groups = B // group_size
-        self.next_seed = seed
+        self.rng = torch.Generator().manual_seed(seed)
         self.finished: list[tuple[float, int, bool]] = []  # (return, length, success)
 
     @torch.no_grad()
     def collect(self) -> Trajectory:
         B, G = self.env.num_envs, self.group_size
         group_ids = torch.arange(self.num_groups).repeat_interleave(G)  # [B]
-        seeds = (self.next_seed + group_ids).tolist()
-        self.next_seed += self.num_groups
+        group_seeds = torch.randint(2**31 - 1, (self.num_groups,), generator=self.rng)
+        seeds = group_seeds[group_ids].tolist()
         obs, _ = self.env.reset(seed=seeds)
         active = torch.ones(B, dtype=torch.bool)
         ret, length = torch.zeros(B), torch.zeros(B, dtype=torch.long)
@@ -69,14 +73,14 @@ class GroupCollector:
         return stats
 
     def reset(self, seed: int | None) -> None:
-        self.next_seed = seed or 0
+        self.rng.manual_seed(seed or 0)
 
     @property
     def obs(self) -> None:
         return None
 
     def state_dict(self) -> dict[str, Any]:
-        return {"next_seed": self.next_seed}
+        return {"rng": self.rng.get_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.next_seed = state["next_seed"]
+        self.rng.set_state(state["rng"])
