@@ -92,7 +92,7 @@ def plot_success(curve: list[tuple[int, float]], sft_success: float, out: Path, 
     ax.axhline(sft_success, color="gray", ls="--", label=f"SFT only ({sft_success:.2f})")
     ax.set(xlabel="RL env steps", ylabel="success rate", ylim=(-0.02, 1.02), title=title)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
+    ax.legend(loc="best")
     fig.tight_layout()
     fig.savefig(out)
     plt.close(fig)
