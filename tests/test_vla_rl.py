@@ -244,7 +244,7 @@ def test_pipeline_owns_the_paths_between_stages(tmp_path):
     with pytest.raises(ConfigError, match="rl.policy.init_from: set by the pipeline"):
         load_pipeline(demo, ["rl.policy.init_from=somewhere"])
     with pytest.raises(ConfigError, match="rl.env.task"):
-        load_pipeline(demo, ["rl.env.task=Reach"])
+        load_pipeline(demo, ["rl.env.task=PushCube"])
 
 
 def test_pipeline_end_to_end_writes_summary_plot_and_video(tmp_path, capsys):
@@ -257,7 +257,7 @@ def test_pipeline_end_to_end_writes_summary_plot_and_video(tmp_path, capsys):
     demo = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
     rc = main(["pipeline", str(demo), f"run_dir={tmp_path / 'demo'}", "collect.episodes=6",
                "collect.image_size=32", "sft.steps=10", "sft.batch_size=8", "sft.warmup_steps=2",
-               "rl.env.image_size=32", "rl.env.num_envs=8", "rl.ppo.rollout_steps=4", "rl.train.total_steps=200",
+               "rl.env.image_size=32", "rl.env.num_envs=8", "rl.ppo.rollout_steps=4", "rl.train.total_steps=200", "rl.train.eval_every=0",
                "rl.train.eval_episodes=4", "rl.train.video_episodes=1", "rl.train.progress=false"])
     assert rc == 0
     summary = json.loads((tmp_path / "demo" / "summary.json").read_text())

@@ -1,0 +1,51 @@
+"""Learning: PPO with Flow-Noise lifts a few-shot SFT flow VLA, from pixels, in the simulator.
+
+The recipe is configs/sft_reach_flow_fewshot.yaml then configs/rl_reach_flow_noise.yaml:
+100 expert demos of Reach (front and wrist cameras, DART noise 0.3), 1000 SFT steps, then
+PPO with Flow-Noise exploration and a privileged-state critic. Measured on 2 shared CPU
+cores (docs/rl.md, "Measured"): success on 100 held-out seeds went from 0.43 to 0.60-0.64
+within 80k-100k env steps in three runs (seeds 0, 1, 2). The test asserts a lift of at least
+10 points over the same seeds, deterministic evaluation before and after.
+
+The issue's target (at least 20 points on PushCube) is not met: see docs/rl.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from embodied.collect import collect_demos
+from embodied.config import load_config
+from embodied.lerobot import LeRobotDataset
+from embodied.sft import build_policy, load_sft_config, train_sft
+from embodied.train import train
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+@pytest.fixture(scope="module")
+def sft_reach(tmp_path_factory) -> Path:
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("rl_reach")
+    collect_demos("Reach", 100, root / "data", seed=0, obs_mode="rgb", image_size=64,
+                  cameras=["front", "wrist"], noise=0.3)
+    cfg = load_sft_config(CONFIGS / "sft_reach_flow_fewshot.yaml",
+                          [f"dataset={root / 'data'}", f"run_dir={root / 'sft'}", "eval_every=0"])
+    dataset = LeRobotDataset(cfg.dataset, chunk_size=cfg.chunk_size)
+    summary = train_sft(build_policy(cfg, dataset.stats), dataset, cfg, None, log=lambda _: None)
+    return Path(summary["final"])
+
+
+def test_ppo_flow_noise_lifts_few_shot_reach(sft_reach, tmp_path):
+    cfg = load_config(CONFIGS / "rl_reach_flow_noise.yaml", [
+        f"policy.init_from={sft_reach}", f"train.run_dir={tmp_path / 'rl'}", "train.total_steps=100000",
+        "train.eval_every=0", "train.eval_episodes=100", "train.video_episodes=0", "train.save_every=0",
+        "train.progress=false"])
+    summary = train(cfg)
+    before, after = summary["success_before"], summary["success_after"]
+    print(f"Reach from pixels: success {before:.2f} after SFT, {after:.2f} after PPO with Flow-Noise")
+    assert before < 0.8  # few-shot: room to improve
+    assert after >= before + 0.10, summary
