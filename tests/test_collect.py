@@ -152,7 +152,7 @@ def test_sft_command_end_to_end(tmp_path):
            "rgb_wrist": torch.zeros(2, 64, 64, 3, dtype=torch.uint8),
            "instruction": ["move the gripper to the target"] * 2}
     with torch.no_grad():
-        assert policy.act(obs, deterministic=True).actions.shape == (2, 2, 4)  # execute_steps: 2 of K = 4
+        assert policy.act(obs, deterministic=True).actions.shape == (2, 1, 4)  # execute_steps: 1 of K = 4
 
 
 def test_collect_cameras_and_dart_noise(tmp_path):
