@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from embodied.config import ConfigError, config_from_dict, from_dict
 
 
@@ -117,6 +119,7 @@ def run_pipeline(run_dir: Path, collect: CollectStage, sft_cfg: Any, rl_cfg: Any
     print(f"[2/3] SFT of a {sft_cfg.preset} {sft_cfg.policy} for {sft_cfg.steps} steps", flush=True)
     dataset = LeRobotDataset(data, chunk_size=sft_cfg.chunk_size)
     sft_cfg.eval_every = 0
+    torch.manual_seed(sft_cfg.seed)  # seeds the initial weights too
     sft_summary = train_sft(build_policy(sft_cfg, dataset.stats), dataset, sft_cfg, None,
                             log=lambda m: print(m, flush=True))
     print(f"[3/3] RL: {rl_cfg.train.algorithm} for {rl_cfg.train.total_steps} env steps", flush=True)

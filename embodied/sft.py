@@ -205,6 +205,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
     if not cfg.dataset:
         raise ConfigError("dataset: set the LeRobot dataset root, e.g. dataset=data/reach")
     dataset = LeRobotDataset(cfg.dataset, chunk_size=cfg.chunk_size)
+    torch.manual_seed(cfg.seed)  # seeds the initial weights too
     policy = build_policy(cfg, dataset.stats)
     env = None
     if cfg.eval_every or cfg.eval_episodes:
