@@ -15,7 +15,6 @@ from embodied.episodes import GroupCollector
 from embodied.learner import GRPOLearner, PPOLearner
 from embodied.logger import Logger
 from embodied.rollout import RolloutCollector
-from policies.base import load_weights
 from policies.registry import build_policy
 from sims.registry import make_env
 from sims.vecenv import VecEnv
@@ -69,9 +68,7 @@ def train(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, 
     it, env_steps, summary = 0, 0, {}
     if resume is not None:
         ckpt, meta, state = load_checkpoint(resume)
-        from safetensors.torch import load_file
-
-        load_weights(policy, load_file(str(ckpt / "policy" / "model.safetensors")), str(ckpt))
+        policy.load_saved_weights(ckpt / "policy")
         learner.load_state_dict(state["learner"])
         env.load_state_dict(state["env"])
         collector.load_state_dict(state["collector"])

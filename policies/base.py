@@ -119,6 +119,16 @@ class Policy(nn.Module, abc.ABC):
             raise PolicyLoadError(f"{path}: config.json does not fit {klass.config_class.__name__} ({e})") from None
         return klass.load_from(path, config, load_file(str(weights)))
 
+    def load_saved_weights(self, path: str | Path) -> None:
+        """Load the model.safetensors of a save_pretrained directory into this (same-config)
+        policy in place, e.g. to resume training; one-line error on a mismatch."""
+        load_weights(self, self.complete_state(load_file(str(Path(path) / "model.safetensors"))), str(path))
+
+    def complete_state(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Weights as saved -> weights as load_state_dict wants them (a subclass may restore
+        tensors that saving dropped, such as tied ones)."""
+        return state
+
     @classmethod
     def load_from(cls, path: Path, config: Any, state: dict[str, torch.Tensor]) -> "Policy":
         """Build the policy from its config and load `state` (a subclass may rebuild more)."""

@@ -156,13 +156,17 @@ class VLAPolicy(Policy):
     def load_from(cls, path: Path, config: Any, state: dict[str, torch.Tensor]) -> "VLAPolicy":
         """Rebuild with the saved tokenizer, restore tied weights saved once (see _untie)."""
         policy = cls(config, _source_dir=path)
-        own = policy.state_dict()
-        for k in set(own) - set(state):
+        load_weights(policy, policy.complete_state(state), str(path))
+        return policy
+
+    def complete_state(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Restore a head tied to the embeddings, which saving dropped (see _untie)."""
+        state = dict(state)
+        for k in set(self.state_dict()) - set(state):
             alias = _TIED.get(k)
             if alias is not None and alias in state:
                 state[k] = state[alias]
-        load_weights(policy, state, str(path))
-        return policy
+        return state
 
 
 _TIED = {"prefix.lm.lm_head.weight": "prefix.lm.model.embed_tokens.weight"}
