@@ -266,3 +266,16 @@ def test_pipeline_end_to_end_writes_summary_plot_and_video(tmp_path, capsys):
     assert Path(summary["video"]).stat().st_size > 0 and Path(summary["rl_checkpoint"]).is_dir()
     out = capsys.readouterr().out
     assert "success after SFT (before RL)" in out and "success after RL" in out
+
+
+def test_resume_loads_an_ar_checkpoint_with_tied_weights(tmp_path):
+    """Training resume loads saved weights into the running policy; the AR VLA's LM head is
+    tied to its embeddings and saved once."""
+    torch.manual_seed(0)
+    saved = ARVLA(ARVLAConfig(vision=dict(TINY_VISION)))
+    saved.save_pretrained(tmp_path)
+    torch.manual_seed(1)
+    running = ARVLA(ARVLAConfig(vision=dict(TINY_VISION)))
+    running.load_saved_weights(tmp_path)
+    for (k, a), b in zip(saved.state_dict().items(), running.state_dict().values()):
+        assert torch.equal(a, b), k
