@@ -77,6 +77,7 @@ class GroupCollector:
 
     @property
     def obs(self) -> None:
+        """No observation is kept between calls: every `collect` resets its envs."""
         return None
 
     def state_dict(self) -> dict[str, Any]:
