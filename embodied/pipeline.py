@@ -125,7 +125,7 @@ def run_pipeline(run_dir: Path, collect: CollectStage, sft_cfg: Any, rl_cfg: Any
     print(f"[3/3] RL: {rl_cfg.train.algorithm} for {rl_cfg.train.total_steps} env steps", flush=True)
     rl = train(rl_cfg)
     png = plot_success(rl["eval_curve"], rl["success_before"], run_dir / "success_curve.png",
-                       f"{collect.task}: SFT on {collect.episodes} demos, then {rl_cfg.train.algorithm}")
+                       f"{collect.task}: SFT on {collect.episodes} demos, then {rl_cfg.train.algorithm.upper()}")
     summary = {"success_sft": rl["success_before"], "success_rl": rl.get("success_after"),
                "eval_episodes": rl_cfg.train.eval_episodes, "sft_checkpoint": sft_summary["final"],
                "rl_checkpoint": rl.get("checkpoint"), "video": rl.get("video"), "plot": str(png),
