@@ -31,18 +31,7 @@ def bare_steps_per_s(env_id: str, num_envs: int, steps: int) -> float:
                    reward_mode="normalized_dense", sim_backend="physx_cuda" if cuda else "physx_cpu",
                    render_backend="gpu" if cuda else "cpu")
     env.reset(seed=0)
-    device = env.unwrapped.device
-    actions = [torch.rand(num_envs, 7, device=device) * 2 - 1 for _ in range(16)]
-    for a in actions[:5]:
-        env.step(a)
-    _sync(cuda)
-    t = time.perf_counter()
-    for k in range(steps):
-        env.step(actions[k % 16])
-    _sync(cuda)
-    rate = steps * num_envs / (time.perf_counter() - t)
-    env.close()
-    return rate
+    return _timed_steps(env, env.unwrapped.device, num_envs, steps)
 
 
 def adapter_steps_per_s(task: str, num_envs: int, steps: int, workers: int = 1) -> float:
@@ -51,10 +40,15 @@ def adapter_steps_per_s(task: str, num_envs: int, steps: int, workers: int = 1) 
 
     env = make_env(task, num_envs, num_threads=workers)
     env.reset(seed=0)
-    actions = [torch.rand(num_envs, 7, device=env.device) * 2 - 1 for _ in range(16)]
+    return _timed_steps(env, env.device, num_envs, steps)
+
+
+def _timed_steps(env, device: torch.device, num_envs: int, steps: int) -> float:
+    """Env steps/s over `steps` random-action steps after 5 warm-up steps; closes env."""
+    cuda = torch.device(device).type == "cuda"
+    actions = [torch.rand(num_envs, 7, device=device) * 2 - 1 for _ in range(16)]
     for a in actions[:5]:
         env.step(a)
-    cuda = env.device.type == "cuda"
     _sync(cuda)
     t = time.perf_counter()
     for k in range(steps):

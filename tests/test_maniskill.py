@@ -11,7 +11,7 @@ import torch
 from embodied.collect import collect_demos
 from sims.maniskill.tasks import TASKS
 from sims.registry import make_env
-from sims.vecenv import EnvError
+from test_sims_contract import _one_line_error
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -69,13 +69,6 @@ def test_expert_demos_through_collect(task, tmp_path):
     summary = collect_demos(task, 10, tmp_path / "demos", seed=0, only_success=True)
     assert summary["episodes"] == 10
     assert summary["expert_success_rate"] >= 0.9, summary
-
-
-def _one_line_error(fn, *words):
-    with pytest.raises(EnvError) as err:
-        fn()
-    msg = str(err.value)
-    assert "\n" not in msg and all(w in msg for w in words), msg
 
 
 def test_bad_input():

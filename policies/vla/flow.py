@@ -95,10 +95,12 @@ class FlowVLA(VLAPolicy):
         """
         B, S = t.shape
         dt = 1.0 / steps
-        kv = [(k.repeat_interleave(S, 0), v.repeat_interleave(S, 0)) for k, v in prefix.kv]
+        kv, mask = prefix.kv, prefix.mask
+        if S > 1:  # one row per (sample, step); sampling (S = 1) reuses the cache as it is
+            kv = [(k.repeat_interleave(S, 0), v.repeat_interleave(S, 0)) for k, v in kv]
+            mask, state = mask.repeat_interleave(S, 0), state.repeat_interleave(S, 0)
         xs, ts = x.reshape(B * S, *x.shape[2:]).float(), t.reshape(B * S)
-        v, h = self.expert(kv, prefix.mask.repeat_interleave(S, 0), state.repeat_interleave(S, 0),
-                           xs, ts, with_hidden=True)
+        v, h = self.expert(kv, mask, state, xs, ts, with_hidden=True)
         v = v.float()
         ode = xs - dt * v
         mean, std = ode, torch.zeros_like(xs)
