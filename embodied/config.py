@@ -81,6 +81,7 @@ class PPOConfig:
     target_kl: float | None = None  # stop the update epochs early above this
     normalize_advantages: bool = True
     logprob_level: Literal["chunk", "action", "token"] = "chunk"  # granularity of the ratio
+    reward_level: Literal["chunk", "action"] = "chunk"  # GAE per chunk, or per executed action
     critic_warmup_iters: int = 0  # first iterations update the value head only
     recompute_log_probs: bool = False  # old log-probs from the learner's own forward, not the rollout's
 
@@ -158,6 +159,12 @@ def _check_across_sections(cfg: ExperimentConfig) -> None:
         if not 0.0 <= cfg.grpo.filter_low < cfg.grpo.filter_high <= 1.0:
             raise ConfigError(f"grpo.filter_low/filter_high: need 0 <= low < high <= 1, got "
                               f"{cfg.grpo.filter_low}, {cfg.grpo.filter_high}")
+        if cfg.ppo.reward_level != "chunk":
+            raise ConfigError("ppo.reward_level: GRPO scores whole episodes; use chunk (action needs PPO's critic)")
+    if (cfg.ppo.reward_level == "action" and cfg.policy.name in ("flow_vla", "ar_vla")
+            and cfg.policy.critic_obs is None):
+        raise ConfigError("policy.critic_obs: ppo.reward_level=action needs a fresh per-action value head; "
+                          "set critic_obs to prefix or privileged")
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

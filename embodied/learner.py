@@ -8,6 +8,11 @@ ratio at the configured granularity (ppo.logprob_level):
     token   one ratio per action element (an AR token), log_prob_parts        [N, n * A]
 The step's advantage is shared by all its parts; parts of substeps that were not executed
 (the episode ended inside the chunk) are masked out.
+
+With ppo.reward_level=action, PPO's GAE runs over executed actions (a per-action critic,
+advantages [N, n]): an action ratio takes its own action's advantage, a token ratio its
+action's, and a chunk ratio the advantage of the chunk's first action (which sums the whole
+chunk's discounted TD errors).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from embodied.algorithms import gae, grpo_advantages, grpo_keep_mask, ppo_policy_loss, value_loss
+from embodied.algorithms import action_level_gae, gae, grpo_advantages, grpo_keep_mask, ppo_policy_loss, value_loss
 from embodied.config import GRPOConfig, PPOConfig
 from embodied.trajectory import Trajectory
 
@@ -30,6 +35,17 @@ def flatten_time(x: torch.Tensor) -> torch.Tensor:
 def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:
     var = target.var()
     return float("nan") if var == 0 else float(1.0 - (target - pred).var() / var)
+
+
+def advantages_at_level(adv: torch.Tensor, log_probs: torch.Tensor, level: str) -> torch.Tensor:
+    """Advantages [N] (per chunk) or [N, n] (per action) -> the shape of log_probs [N, P]."""
+    if adv.dim() == 1:
+        return adv[:, None].expand_as(log_probs)
+    if level == "chunk":
+        return adv[:, :1]
+    if level == "action":
+        return adv
+    return adv[:, :, None].expand(-1, -1, log_probs.shape[1] // adv.shape[1]).flatten(1)
 
 
 def at_level(log_prob: torch.Tensor, parts: torch.Tensor | None, valid: torch.Tensor,
@@ -60,9 +76,10 @@ class PolicyGradientLearner:
     def optimize(self, traj: Trajectory, advantages: torch.Tensor, returns: torch.Tensor | None,
                  step_mask: torch.Tensor | None = None, train_actor: bool = True,
                  step_weights: torch.Tensor | None = None) -> dict[str, float]:
-        """Update epochs on advantages [T, B] (returns [T, B] train the critic; None: no critic
-        loss); step_mask bool [T, B] drops steps (GRPO: after the episode, filtered groups);
-        step_weights float [T, B] weigh the steps in the policy loss (default: equal)."""
+        """Update epochs on advantages [T, B], or [T, B, n] per executed action (returns of the
+        same shape train the critic; None: no critic loss); step_mask bool [T, B] drops steps
+        (GRPO: after the episode, filtered groups); step_weights float [T, B] weigh the steps in
+        the policy loss (default: equal)."""
         cfg, policy = self.cfg, self.policy
         obs = {k: flatten_time(v) for k, v in traj.obs.items()}
         replay = {k: flatten_time(v) for k, v in traj.replay.items()}
@@ -73,6 +90,8 @@ class PolicyGradientLearner:
         old_lp, old_parts = flatten_time(traj.log_probs), traj.log_prob_parts
         old_parts = None if old_parts is None else flatten_time(old_parts)
         old_values, adv_all = flatten_time(traj.values), flatten_time(advantages)
+        if adv_all.dim() == 2 and old_values.dim() == 1:  # per-action GAE with a chunk-1 policy
+            old_values = old_values[:, None]
         w_all = None if step_weights is None else flatten_time(step_weights)
         ret_all = None if returns is None else flatten_time(returns)
 
@@ -101,21 +120,23 @@ class PolicyGradientLearner:
             for start in range(0, mb_size * min(cfg.minibatches, n), mb_size):
                 idx = perm[start:start + mb_size]
                 ev = policy.evaluate(minibatch(idx), {k: v[idx] for k, v in replay.items()})
-                adv = adv_all[idx]
+                adv = adv_all[idx]  # [M] or [M, n]
+                v_mask = None if adv.dim() == 1 else valid[idx, :adv.shape[1]]
                 if cfg.normalize_advantages and len(idx) > 1:
-                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                    a = adv if v_mask is None else adv[v_mask]
+                    adv = (adv - a.mean()) / (a.std() + 1e-8)
                 new_lp, mask = at_level(ev.log_prob, ev.log_prob_parts, valid[idx], cfg.logprob_level)
                 old, _ = at_level(old_lp[idx], None if old_parts is None else old_parts[idx],
                                   valid[idx], cfg.logprob_level)
                 if w_all is not None:  # a weighted mean: mask entries carry their step's weight
                     mask = mask * w_all[idx, None]
-                pg_loss, st = ppo_policy_loss(new_lp, old, adv[:, None].expand_as(new_lp),
+                pg_loss, st = ppo_policy_loss(new_lp, old, advantages_at_level(adv, new_lp, cfg.logprob_level),
                                               cfg.clip_low, cfg.clip_high, cfg.dual_clip, mask)
                 loss = (pg_loss - cfg.entropy_coef * ev.entropy.mean()) if train_actor else torch.zeros(())
                 v_loss = torch.zeros(())
                 if ev.value is not None and ret_all is not None:
-                    v_loss = value_loss(ev.value, old_values[idx], ret_all[idx], cfg.value_clip,
-                                        cfg.huber_delta if cfg.value_loss == "huber" else None)
+                    v_loss = value_loss(ev.value.view_as(ret_all[idx]), old_values[idx], ret_all[idx], cfg.value_clip,
+                                        cfg.huber_delta if cfg.value_loss == "huber" else None, v_mask)
                     loss = loss + cfg.value_coef * v_loss
                 self.optimizer.zero_grad(set_to_none=True)
                 if loss.requires_grad:
@@ -168,11 +189,22 @@ class PPOLearner(PolicyGradientLearner):
 
     def update(self, traj: Trajectory) -> dict[str, float]:
         cfg = self.cfg
-        advantages, returns = gae(traj.chunk_rewards, traj.values, traj.dones, traj.last_value,
-                                  cfg.gamma, cfg.gae_lambda, traj.bootstrap)  # [T, B]
+        if cfg.reward_level == "action":
+            values = traj.values if traj.values.dim() == 3 else traj.values[..., None]  # [T, B, n]
+            n = values.shape[2]
+            if n != traj.rewards.shape[2]:
+                raise ValueError(f"ppo.reward_level=action: the critic gives {n} value(s) per step for chunks "
+                                 f"of {traj.rewards.shape[2]} actions; build the policy with a per-action critic")
+            advantages, returns = action_level_gae(traj.rewards, values, traj.valid, traj.dones, traj.last_value,
+                                                   cfg.gamma, cfg.gae_lambda, traj.bootstrap)  # [T, B, n]
+            sel = traj.valid
+        else:
+            advantages, returns = gae(traj.chunk_rewards, traj.values, traj.dones, traj.last_value,
+                                      cfg.gamma, cfg.gae_lambda, traj.bootstrap)  # [T, B]
+            values, sel = traj.values, torch.ones_like(traj.values, dtype=torch.bool)
         warmup = self.iteration < cfg.critic_warmup_iters
         stats = self.optimize(traj, advantages, returns, train_actor=not warmup)
-        stats["explained_variance"] = explained_variance(traj.values.flatten(), returns.flatten())
+        stats["explained_variance"] = explained_variance(values[sel], returns[sel])
         stats["advantage_mean"] = float(advantages.mean())
         stats["critic_warmup"] = float(warmup)
         return stats

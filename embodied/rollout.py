@@ -30,6 +30,11 @@ def env_step(env: VecEnv, actions: torch.Tensor) -> ChunkStepResult:
     return env.chunk_step(actions)
 
 
+def start_value(value: torch.Tensor) -> torch.Tensor:
+    """V at the start of a chunk: [B] as is, or the first column of a per-action critic's [B, n]."""
+    return value if value.dim() == 1 else value[:, 0]
+
+
 def tensor_obs(obs: Obs) -> dict[str, torch.Tensor]:
     return {k: v for k, v in obs.items() if torch.is_tensor(v)}
 
@@ -81,7 +86,7 @@ class RolloutCollector:
             success = res.info["success"].any(1)
             bootstrap = torch.zeros(self.env.num_envs)
             if self.policy.has_critic and trunc.any():
-                bootstrap = torch.where(trunc, self.policy.get_value(res.final_obs), bootstrap)
+                bootstrap = torch.where(trunc, start_value(self.policy.get_value(res.final_obs)), bootstrap)
             steps.append(dict(
                 obs=tensor_obs(obs), instructions=list(obs.get("instruction", [])),
                 actions=out.actions, log_probs=out.log_prob,
@@ -91,7 +96,7 @@ class RolloutCollector:
             ))
             self._track(res.reward.sum(1), res.valid.sum(1), success, done)
             self.obs = res.obs
-        last_value = (self.policy.get_value(self.obs) if self.policy.has_critic
+        last_value = (start_value(self.policy.get_value(self.obs)) if self.policy.has_critic
                       else torch.zeros(self.env.num_envs))
         return stack_steps(steps, last_value)
 

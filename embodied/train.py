@@ -60,7 +60,7 @@ def train(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, 
     torch.manual_seed(tc.seed)
 
     env = build_env(cfg.env)
-    policy = build_policy(cfg.policy, env.spec)
+    policy = build_policy(cfg.policy, env.spec, per_action_value=cfg.ppo.reward_level == "action")
     collector, learner = build_algorithm(cfg, env, policy)
     eval_env = build_env(cfg.env, min(tc.eval_episodes, 64))
     seeds = eval_seeds(tc.eval_episodes)

@@ -16,7 +16,8 @@ class Trajectory:
     instructions: T lists of B strings (empty when the env gives none).
     actions:    float32 [T, B, K, A] executed chunks.
     log_probs:  float32 [T, B] log-prob of each chunk under the collecting policy.
-    values:     float32 [T, B] V(obs_t) (zeros for critic-free policies).
+    values:     float32 [T, B] V(obs_t) (zeros for critic-free policies), or [T, B, n] from a
+                per-action critic (the value before each executed action of the chunk).
     rewards:    float32 [T, B, K] per-substep rewards (0 on invalid substeps).
     valid:      bool [T, B, K] the substep was executed.
     terminated, truncated, success: bool [T, B], the episode ended (or

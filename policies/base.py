@@ -30,7 +30,9 @@ class PolicyLoadError(ValueError):
 class ActOutput:
     actions: torch.Tensor  # float32 [B, K, A] the chunk to execute
     log_prob: torch.Tensor  # float32 [B] log-prob of the chunk
-    value: torch.Tensor | None  # float32 [B], None without a critic
+    # float32 [B] V(obs), or [B, n] with a per-action critic (the value before each executed
+    # action of the chunk, for ppo.reward_level=action); None without a critic
+    value: torch.Tensor | None
     replay: dict[str, torch.Tensor]  # [B, ...] tensors that evaluate() needs
     # float32 [B, K, A]: log_prob split per executed action element (its sum is log_prob), for
     # PPO at action or token level; None when a policy only has the chunk's log_prob.
@@ -41,7 +43,7 @@ class ActOutput:
 class Evaluation:
     log_prob: torch.Tensor  # float32 [B]
     entropy: torch.Tensor  # float32 [B]
-    value: torch.Tensor | None  # float32 [B]
+    value: torch.Tensor | None  # float32 [B] or [B, n], as in ActOutput
     log_prob_parts: torch.Tensor | None = None  # float32 [B, K, A], as in ActOutput
 
 
@@ -63,7 +65,7 @@ class Policy(nn.Module, abc.ABC):
     def evaluate(self, obs: dict[str, Any], replay: dict[str, torch.Tensor]) -> Evaluation: ...
 
     def get_value(self, obs: dict[str, Any]) -> torch.Tensor:
-        """float32 [B] V(obs)."""
+        """float32 [B] V(obs) (or [B, n] with a per-action critic)."""
         raise NotImplementedError(f"{type(self).__name__} has no critic")
 
     @abc.abstractmethod

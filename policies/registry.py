@@ -49,9 +49,10 @@ FLOW_ONLY = ("num_steps", "noise_method", "noise_std_min", "noise_std_max", "sde
 AR_ONLY = ("temperature",)
 
 
-def build_vla(cfg: Any, spec: Any) -> Policy:
+def build_vla(cfg: Any, spec: Any, per_action_value: bool = False) -> Policy:
     """A VLA from cfg.init_from (a save_pretrained directory), with the non-null keys of
-    FLOW_ONLY / AR_ONLY / execute_steps overriding the saved config."""
+    FLOW_ONLY / AR_ONLY / execute_steps overriding the saved config; a fresh value head on
+    cfg.critic_obs (one value per executed action with per_action_value)."""
     other = AR_ONLY if cfg.name == "flow_vla" else FLOW_ONLY
     wrong = [k for k in other if getattr(cfg, k) is not None]
     if wrong:
@@ -71,7 +72,7 @@ def build_vla(cfg: Any, spec: Any) -> Policy:
     if policy.name != cfg.name:
         raise PolicyLoadError(f"policy.init_from: {cfg.init_from} holds a {policy.name}, not a {cfg.name}")
     if cfg.critic_obs is not None:
-        policy.reset_critic(cfg.critic_obs, spec.privileged_dim)
+        policy.reset_critic(cfg.critic_obs, spec.privileged_dim, per_action=per_action_value)
     if cfg.freeze == "vlm" and cfg.name != "flow_vla":
         raise PolicyLoadError("policy.freeze=vlm applies to flow_vla only (the AR policy's actions are LM tokens); "
                               "use none or vision")
@@ -85,9 +86,13 @@ def build_vla(cfg: Any, spec: Any) -> Policy:
     return policy
 
 
-BUILDERS = {"mlp": build_mlp, "cnn": build_cnn, "flow_vla": build_vla, "ar_vla": build_vla}
+BUILDERS = {"mlp": build_mlp, "cnn": build_cnn}  # the VLAs: build_vla
 
 
-def build_policy(cfg: Any, spec: Any) -> Policy:
-    """A fresh policy for `cfg` (embodied.config.PolicyConfig) on an env with EnvSpec `spec`."""
+def build_policy(cfg: Any, spec: Any, per_action_value: bool = False) -> Policy:
+    """A fresh policy for `cfg` (embodied.config.PolicyConfig) on an env with EnvSpec `spec`.
+    per_action_value: the VLA critic predicts one value per executed action (chunk-1 policies'
+    single value already is one)."""
+    if cfg.name in ("flow_vla", "ar_vla"):
+        return build_vla(cfg, spec, per_action_value)
     return BUILDERS[cfg.name](cfg, spec)

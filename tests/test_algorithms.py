@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from embodied.algorithms import gae, ppo_policy_loss, value_loss
+from embodied.algorithms import action_level_gae, gae, ppo_policy_loss, value_loss
 
 GAMMA, LAM = 0.9, 0.8
 R = torch.tensor([[1.0], [0.0], [2.0]])  # [T=3, B=1]
@@ -41,6 +41,46 @@ def test_gae_batch_columns_independent():
     a0, _ = gae(R, V, torch.zeros(3, 1, dtype=torch.bool), LAST, GAMMA, LAM)
     torch.testing.assert_close(adv[:, :1], a0)
     assert not torch.allclose(adv[:, 1:], a0)
+
+
+# Action level: T=2 chunks of n=2 executed actions, laid end to end as 4 steps.
+RA = torch.tensor([[[1.0, 0.0]], [[2.0, 1.0]]])  # [T=2, B=1, n=2]
+VA = torch.tensor([[[0.5, 1.0]], [[1.5, 0.2]]])
+ALL = torch.ones(2, 1, 2, dtype=torch.bool)
+NO = torch.zeros(2, 1, dtype=torch.bool)
+
+
+def test_action_level_gae_runs_over_the_executed_actions():
+    # next values [1, 1.5, .2, 2]: deltas [1.4, .35, .68, 2.6]; gamma * lam = .72
+    adv, ret = action_level_gae(RA, VA, ALL, NO, LAST, GAMMA, LAM)
+    a2 = 0.68 + 0.72 * 2.6
+    a1 = 0.35 + 0.72 * a2
+    torch.testing.assert_close(adv, torch.tensor([[[1.4 + 0.72 * a1, a1]], [[a2, 2.6]]]))
+    torch.testing.assert_close(ret, adv + VA)
+
+
+def test_action_level_gae_stops_at_the_action_that_ended_the_episode():
+    valid = torch.tensor([[[True, False]], [[True, True]]])  # chunk 0 terminated after its first action
+    rewards = RA.clone()
+    rewards[0, 0, 1] = 5.0  # an unexecuted action's reward is ignored
+    adv, _ = action_level_gae(rewards, VA, valid, torch.tensor([[True], [False]]), LAST, GAMMA, LAM)
+    torch.testing.assert_close(adv, torch.tensor([[[0.5, 0.0]], [[0.68 + 0.72 * 2.6, 2.6]]]))
+
+
+def test_action_level_gae_bootstraps_a_truncated_chunk_at_its_last_action():
+    boot = torch.tensor([[3.0], [0.0]])
+    adv, _ = action_level_gae(RA, VA, ALL, torch.tensor([[True], [False]]), LAST, GAMMA, LAM, boot)
+    # delta1 = 0 + .9 * 3 - 1 = 1.7 (V of the next chunk not used); delta0 = 1.4
+    torch.testing.assert_close(adv[0], torch.tensor([[1.4 + 0.72 * 1.7, 1.7]]))
+
+
+def test_action_level_gae_with_one_action_per_chunk_is_chunk_gae():
+    dones = torch.tensor([[False], [True], [False]])
+    adv, ret = action_level_gae(R[..., None], V[..., None], torch.ones(3, 1, 1, dtype=torch.bool), dones,
+                                LAST, GAMMA, LAM)
+    a0, r0 = gae(R, V, dones, LAST, GAMMA, LAM)
+    torch.testing.assert_close(adv[..., 0], a0)
+    torch.testing.assert_close(ret[..., 0], r0)
 
 
 def _loss_and_grad(ratio: float, adv: float, **kw):

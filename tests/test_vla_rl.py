@@ -168,6 +168,22 @@ def test_ppo_learner_moves_a_flow_noise_policy_and_recomputes_old_log_probs():
     assert any(not torch.equal(b, p) for b, p in zip(before, policy.noise_head.parameters()))
 
 
+@pytest.mark.parametrize("level", ["chunk", "action", "token"])
+def test_action_level_rewards_train_a_per_action_critic(level):
+    policy = _flow("flow_noise", execute_steps=2)
+    policy.reset_critic("prefix", per_action=True)
+    traj = _rollout(policy)
+    assert traj.values.shape == (3, 4, 2) and traj.last_value.shape == (4,)
+    critic = [p.detach().clone() for p in policy.critic_parameters()]
+    cfg = PPOConfig(epochs=1, minibatches=2, logprob_level=level, reward_level="action", lr=1e-5)
+    stats = PPOLearner(policy, cfg).update(traj)
+    assert abs(stats["ratio"] - 1.0) < 0.05 and math.isfinite(stats["value_loss"])
+    assert any(not torch.equal(c, p) for c, p in zip(critic, policy.critic_parameters()))
+    policy.reset_critic("prefix")  # one value per chunk cannot score two actions
+    with pytest.raises(ValueError, match="ppo.reward_level=action: the critic gives 1 value"):
+        PPOLearner(policy, cfg).update(_rollout(policy))
+
+
 def test_critic_warmup_leaves_the_actor_alone():
     policy = _flow("flow_noise")
     traj = _rollout(policy)
@@ -200,6 +216,10 @@ def test_bad_rl_input_gives_one_line_errors(tmp_path):
         load_config(None, ["train.algorithm=grpo", "env.num_envs=30"])
     with pytest.raises(ConfigError, match="ppo.logprob_level: 'sequence' is not allowed"):
         load_config(None, ["ppo.logprob_level=sequence"])
+    with pytest.raises(ConfigError, match="ppo.reward_level: GRPO scores whole episodes"):
+        load_config(None, ["train.algorithm=grpo", "env.num_envs=16", "ppo.reward_level=action"])
+    with pytest.raises(ConfigError, match="policy.critic_obs: ppo.reward_level=action needs"):
+        load_config(None, ["policy.name=flow_vla", "ppo.reward_level=action"])
     with pytest.raises(EnvError, match="group_size"):
         GroupCollector(make_env("Reach", 5), None, group_size=2)
     from policies.base import PolicyLoadError

@@ -42,3 +42,41 @@ def gae(
         running = deltas[t] + gamma * lam * notdone[t] * running
         advantages[t] = running
     return advantages, advantages + values
+
+
+def action_level_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    valid: torch.Tensor,
+    dones: torch.Tensor,
+    last_value: torch.Tensor,
+    gamma: float,
+    lam: float,
+    bootstrap: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE over executed actions instead of chunks: advantages and returns float32 [T, B, n].
+
+    rewards:    [T, B, n] reward after each executed action of the chunk of step t.
+    values:     [T, B, n] V before each action (a per-action critic; V[t, :, 0] = V(obs_t)).
+    valid:      [T, B, n] bool, the action was executed (False after the episode ended
+                inside the chunk).
+    dones, bootstrap: [T, B] as in `gae`, for the chunk; they apply to its last executed action.
+    last_value: [B] V(obs_T).
+
+    The chunks' actions are laid end to end, a time line of T * n steps with discount gamma
+    per action, and `gae` runs on it. Unexecuted actions get done = True, reward 0 and
+    value 0, so their advantage is 0 and nothing flows through them.
+    """
+    T, B, n = values.shape
+    valid = valid.bool()
+    after = torch.cat([valid[:, :, 1:], torch.zeros_like(valid[:, :, :1])], dim=2)
+    last = valid & ~after  # the chunk's last executed action
+    done = (dones.bool()[..., None] & last) | ~valid
+    boot = None if bootstrap is None else bootstrap[..., None] * last
+
+    def line(x: torch.Tensor) -> torch.Tensor:  # [T, B, n] -> [T * n, B]
+        return x.permute(0, 2, 1).reshape(T * n, B)
+
+    adv, ret = gae(line(rewards * valid), line(values * valid), line(done), last_value, gamma, lam,
+                   None if boot is None else line(boot))
+    return adv.reshape(T, n, B).permute(0, 2, 1), ret.reshape(T, n, B).permute(0, 2, 1)

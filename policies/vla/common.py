@@ -64,23 +64,25 @@ class VLAPolicy(Policy):
     def _build_critic(self) -> None:
         cfg = self.config
         self.critic, self.critic_norm = None, None
+        out = cfg.executed_len if cfg.critic_per_action else 1
         if cfg.critic and cfg.critic_obs == "privileged":  # asymmetric: the simulator's state
             h = cfg.critic_hidden
             self.critic_norm = RunningNormalizer(cfg.privileged_dim)
             self.critic = nn.Sequential(nn.Linear(cfg.privileged_dim, h), nn.Tanh(), nn.Linear(h, h),
-                                        nn.Tanh(), nn.Linear(h, 1))
+                                        nn.Tanh(), nn.Linear(h, out))
         elif cfg.critic:
             self.critic = nn.Sequential(nn.Linear(self.prefix.width, cfg.critic_hidden), nn.Tanh(),
-                                        nn.Linear(cfg.critic_hidden, 1))
+                                        nn.Linear(cfg.critic_hidden, out))
         if self.critic is not None:
             self.critic.to(self.device)
         self.has_critic = self.critic is not None
 
-    def reset_critic(self, critic_obs: str, privileged_dim: int = 0) -> None:
+    def reset_critic(self, critic_obs: str, privileged_dim: int = 0, per_action: bool = False) -> None:
         """A fresh value head reading `critic_obs` (SFT never trains the critic, so RL may pick
-        its input): "prefix" or "privileged" (obs['privileged'] of width privileged_dim)."""
+        its input): "prefix" or "privileged" (obs['privileged'] of width privileged_dim).
+        per_action: one value per executed action of the chunk (action-level rewards)."""
         self.config.critic, self.config.critic_obs = True, critic_obs
-        self.config.privileged_dim = privileged_dim
+        self.config.privileged_dim, self.config.critic_per_action = privileged_dim, per_action
         self.config.__post_init__()
         self._build_critic()
 
@@ -113,13 +115,16 @@ class VLAPolicy(Policy):
         return actions[:, :n] if 0 < n < actions.shape[1] else actions
 
     def value_from(self, features: torch.Tensor | None, obs: dict[str, Any]) -> torch.Tensor | None:
-        """Critic -> [B] (None without a critic): on detached backbone features [B, D], or with
-        critic_obs="privileged" on the normalised obs['privileged'] [B, P] (asymmetric critic)."""
+        """Critic -> [B], or [B, n] with critic_per_action (None without a critic): on detached
+        backbone features [B, D], or with critic_obs="privileged" on the normalised
+        obs['privileged'] [B, P] (asymmetric critic)."""
         if self.critic is None:
             return None
         if self.critic_norm is not None:
-            return self.critic(self.critic_norm(obs["privileged"].to(self.device).float())).squeeze(-1)
-        return self.critic(features.detach().float()).squeeze(-1)
+            v = self.critic(self.critic_norm(obs["privileged"].to(self.device).float()))
+        else:
+            v = self.critic(features.detach().float())
+        return v if self.config.critic_per_action else v.squeeze(-1)
 
     def update_normalizer(self, obs: dict[str, Any]) -> None:
         if self.critic_norm is not None and obs is not None and "privileged" in obs:

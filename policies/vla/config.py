@@ -49,7 +49,12 @@ class VLAConfig:
     critic_hidden: int = 64
     critic_obs: str = "prefix"  # "prefix": detached pooled backbone features; "privileged": the sim's state
     privileged_dim: int = 0  # width of obs['privileged'] for critic_obs="privileged" (set by the RL builder)
+    critic_per_action: bool = False  # one value per executed action of the chunk (ppo.reward_level=action)
 
+    @property
+    def executed_len(self) -> int:
+        """n: actions of each chunk that act returns (execute_steps, or all K)."""
+        return self.execute_steps if 0 < self.execute_steps < self.chunk_size else self.chunk_size
 
     def __post_init__(self) -> None:
         if self.critic_obs not in ("prefix", "privileged"):
