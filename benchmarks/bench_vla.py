@@ -105,12 +105,14 @@ def learn(task: str, policy_name: str, episodes: int, minutes: float, eval_episo
     t_demo = time.perf_counter() - t0
     common = dict(policy=policy_name, batch_size=32, torch_threads=torch.get_num_threads(), chunk_size=chunk_size,
                   cameras=list(cameras), image_size=image_size, execute_steps=execute_steps, num_steps=5)
-    probe = SFTConfig(steps=20, **common)
-    p = build_policy(probe, demos.stats)
-    t = time.perf_counter()
-    train_sft(p, demos, SFTConfig(**{**probe.__dict__, "eval_every": 0, "save_every": 0,
-                                     "run_dir": f"/tmp/bench_vla_probe_{policy_name}"}), log=lambda _: None)
-    per_step = (time.perf_counter() - t) / 20
+    def probe(steps: int) -> float:  # seconds for a short run of `steps` SFT steps
+        cfg = SFTConfig(steps=steps, eval_every=0, save_every=0,
+                        run_dir=f"/tmp/bench_vla_probe_{policy_name}", **common)
+        t = time.perf_counter()
+        train_sft(build_policy(cfg, demos.stats), demos, cfg, log=lambda _: None)
+        return time.perf_counter() - t
+
+    per_step = (probe(40) - probe(10)) / 30  # the difference cancels the start-up cost
     budget = minutes * 60 - t_demo - 90  # leave time for the evaluation
     steps = max(100, int(budget / per_step))
     cfg = SFTConfig(steps=steps, lr=lr, warmup_steps=100, eval_every=0, save_every=0,
