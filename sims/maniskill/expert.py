@@ -7,7 +7,7 @@ ManiSkill's motion-planning solutions (mani_skill/examples/motionplanning/panda/
 PickCube: reach 5 cm above a yaw-aligned top-down grasp, descend, close, carry to the goal;
 PushCube / PullCube: gripper closed, stand 5 cm behind the cube, push it along the goal line.
 We do not run those solutions themselves: they need mplib, and mplib 0.1.1 (the version
-mani-skill 3.0.1 pins) segfaults while building its planner under numpy 2 (see docs/maniskill.md).
+mani-skill 3.0.1 pins) and mplib 0.2.1 both segfault under numpy 2 (see docs/maniskill.md).
 
 Action (pd_ee_delta_pose, normalised): [dx, dy, dz, rx, ry, rz, gripper], position deltas of
 0.1 m and XYZ-Euler rotation deltas of 0.1 rad per unit, in the robot-root frame (the root
