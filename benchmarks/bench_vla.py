@@ -125,6 +125,7 @@ def learn(task: str, policy_name: str, episodes: int, minutes: float, eval_episo
     env.close()
     return {"task": task, "policy": policy_name, "episodes": episodes, "demo_items": len(demos),
             "cameras": list(cameras), "image_size": image_size, "execute_steps": execute_steps,
+            "chunk_size": chunk_size,
             "sft_steps": steps, "demo_minutes": t_demo / 60, "eval_episodes": eval_episodes,
             "success_rate": summary["eval"][-1][1], "minutes": (time.perf_counter() - t0) / 60,
             "final_loss": statistics.mean(summary["loss"][-50:])}
@@ -143,6 +144,7 @@ def main() -> None:
     ap.add_argument("--image-size", type=int, default=64)
     ap.add_argument("--execute-steps", type=int, default=0, help="actions of each chunk executed (0: all)")
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--chunk-size", type=int, default=4, help="K: actions per predicted chunk")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -153,7 +155,8 @@ def main() -> None:
     if args.learn:
         res["load_avg_1m_start"] = os.getloadavg()[0]
         res["learn"] = learn(args.learn, args.policy, args.episodes, args.minutes, args.eval_episodes,
-                             tuple(args.cameras.split(",")), args.image_size, args.execute_steps, args.lr)
+                             tuple(args.cameras.split(",")), args.image_size, args.execute_steps, args.lr,
+                             args.chunk_size)
         res["load_avg_1m_end"] = os.getloadavg()[0]
     else:
         res.update(latency(device, args.repeats))

@@ -1,0 +1,152 @@
+"""The RL recipes over several seeds: SFT success, RL success, mean and 95% confidence interval.
+
+For every seed s: collect expert demos once per task (seeded by s), SFT each policy family
+that the chosen recipes need (the recipe's few-shot SFT config, seed s), then run each
+recipe's RL config from that SFT checkpoint (train.seed = s). Success is measured by the RL
+run itself, before the first update and at the end, on the same held-out seeds.
+
+    python benchmarks/bench_vla_recipes.py --recipes flow_noise,flow_sde --seeds 0,1,2
+    python benchmarks/bench_vla_recipes.py --recipes reach_flow_noise --rl-steps 100000
+
+Writes <out>/results.json and <out>/success_curves.png (one panel per recipe: each seed's
+curve and their mean). The 95% interval is mean +- t(0.975, n-1) * std / sqrt(n).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from embodied.collect import collect_demos  # noqa: E402
+from embodied.config import load_config  # noqa: E402
+from embodied.lerobot import LeRobotDataset  # noqa: E402
+from embodied.sft import build_policy, load_sft_config, train_sft  # noqa: E402
+from embodied.train import train  # noqa: E402
+
+CONFIGS = ROOT / "configs"
+RECIPES = {  # name -> (few-shot SFT config, RL config)
+    "flow_noise": ("sft_pushcube_flow_fewshot", "rl_pushcube_flow_noise"),
+    "flow_sde": ("sft_pushcube_flow_fewshot", "rl_pushcube_flow_sde"),
+    "grpo_flow": ("sft_pushcube_flow_fewshot", "rl_pushcube_grpo_flow"),
+    "ppo_ar": ("sft_pushcube_ar_fewshot", "rl_pushcube_ppo_ar"),
+    "grpo_ar": ("sft_pushcube_ar_fewshot", "rl_pushcube_grpo_ar"),
+    "reach_flow_noise": ("sft_reach_flow_fewshot", "rl_reach_flow_noise"),
+}
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+
+
+def mean_ci(xs: list[float]) -> tuple[float, float]:
+    """(mean, half-width of the 95% t-interval); the half-width is nan for one value."""
+    m = statistics.mean(xs)
+    if len(xs) < 2:
+        return m, float("nan")
+    return m, T_975.get(len(xs) - 1, 1.96) * statistics.stdev(xs) / len(xs) ** 0.5
+
+
+def run_seed(recipes: list[str], seed: int, out: Path, demos: int, noise: float, sft_steps: int | None,
+             rl_steps: int | None, rl_overrides: list[str] = ()) -> dict[str, dict]:
+    """Collect, SFT and RL for one seed; {recipe: {"sft", "rl", "curve", "minutes"}}."""
+    results, sft_dirs = {}, {}
+    for name in recipes:
+        sft_name, rl_name = RECIPES[name]
+        if sft_name not in sft_dirs:
+            sft = load_sft_config(CONFIGS / f"{sft_name}.yaml", [f"seed={seed}", "eval_every=0"])
+            data = out / f"data_{sft.task}_{'_'.join(sft.cameras)}_s{seed}"
+            if not (data / "meta" / "info.json").is_file():
+                collect_demos(sft.task, demos, data, seed=100_000 * (seed + 1), obs_mode="rgb",
+                              image_size=sft.image_size, cameras=sft.cameras, noise=noise)
+            sft.dataset, sft.run_dir = str(data), str(out / f"{sft_name}_s{seed}")
+            sft.steps = sft_steps or sft.steps
+            dataset = LeRobotDataset(sft.dataset, chunk_size=sft.chunk_size)
+            torch.manual_seed(seed)
+            sft_dirs[sft_name] = train_sft(build_policy(sft, dataset.stats), dataset, sft, None,
+                                           log=lambda _: None)["final"]
+        overrides = [f"policy.init_from={sft_dirs[sft_name]}", f"train.run_dir={out / f'{name}_s{seed}'}",
+                     f"train.seed={seed}", "train.progress=false", "train.video_episodes=0"]
+        if rl_steps:
+            overrides.append(f"train.total_steps={rl_steps}")
+        overrides += list(rl_overrides)
+        t0 = time.time()
+        summary = train(load_config(CONFIGS / f"{rl_name}.yaml", overrides))
+        results[name] = {"sft": summary["success_before"], "rl": summary["success_after"],
+                         "curve": summary["eval_curve"], "minutes": (time.time() - t0) / 60}
+        print(f"seed {seed} {name}: {results[name]['sft']:.2f} -> {results[name]['rl']:.2f} "
+              f"({results[name]['minutes']:.1f} min)", flush=True)
+    return results
+
+
+def plot(per_recipe: dict[str, list[dict]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(per_recipe), figsize=(4 * len(per_recipe), 3.2), dpi=110, squeeze=False)
+    for ax, (name, runs) in zip(axes[0], per_recipe.items()):
+        for i, r in enumerate(runs):
+            steps, rates = zip(*r["curve"])
+            ax.plot(steps, rates, alpha=0.4, marker=".", label=f"seed {r['seed']}" if i < 5 else None)
+        n = min(len(r["curve"]) for r in runs)  # the mean over the evaluations all seeds share
+        steps = [runs[0]["curve"][k][0] for k in range(n)]
+        ax.plot(steps, [statistics.mean(r["curve"][k][1] for r in runs) for k in range(n)], color="k", lw=2,
+                label="mean")
+        ax.set(title=name, xlabel="RL env steps", ylabel="success", ylim=(-0.02, 1.02))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--recipes", default="flow_noise,flow_sde,grpo_flow,ppo_ar,grpo_ar",
+                    help=f"comma-separated, from {', '.join(RECIPES)}")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--demos", type=int, default=100, help="expert episodes per seed (few-shot)")
+    ap.add_argument("--noise", type=float, default=0.3, help="DART noise of the demos")
+    ap.add_argument("--sft-steps", type=int, default=0, help="0: the SFT config's steps")
+    ap.add_argument("--rl-steps", type=int, default=0, help="0: the RL config's total_steps")
+    ap.add_argument("--set", nargs="*", default=[], help="overrides for every RL config, e.g. env.num_envs=16")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", default="runs/bench_recipes")
+    args = ap.parse_args()
+    recipes = args.recipes.split(",")
+    bad = [r for r in recipes if r not in RECIPES]
+    if bad:
+        sys.exit(f"--recipes: unknown recipe {bad[0]!r}; choose from {', '.join(RECIPES)}")
+    torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    per_recipe: dict[str, list[dict]] = {r: [] for r in recipes}
+    for seed in map(int, args.seeds.split(",")):
+        for name, r in run_seed(recipes, seed, out, args.demos, args.noise, args.sft_steps or None,
+                                args.rl_steps or None, args.set).items():
+            per_recipe[name].append({"seed": seed, **r})
+    table = {}
+    for name, runs in per_recipe.items():
+        (sft_m, sft_ci), (rl_m, rl_ci) = mean_ci([r["sft"] for r in runs]), mean_ci([r["rl"] for r in runs])
+        lift_m, lift_ci = mean_ci([r["rl"] - r["sft"] for r in runs])
+        table[name] = {"sft_mean": sft_m, "sft_ci95": sft_ci, "rl_mean": rl_m, "rl_ci95": rl_ci,
+                       "lift_mean": lift_m, "lift_ci95": lift_ci, "runs": runs}
+        print(f"{name:18s} SFT {sft_m:.2f} +- {sft_ci:.2f}   RL {rl_m:.2f} +- {rl_ci:.2f}   "
+              f"lift {lift_m:+.2f} +- {lift_ci:.2f}   ({len(runs)} seeds)")
+    plot(per_recipe, out / "success_curves.png")
+    meta = {"date": time.strftime("%Y-%m-%d"), "torch": torch.__version__, "threads": args.threads,
+            "demos": args.demos, "noise": args.noise, "sft_steps": args.sft_steps, "rl_steps": args.rl_steps,
+            "rl_overrides": args.set}
+    (out / "results.json").write_text(json.dumps({"meta": meta, "recipes": table}, indent=1))
+    print(f"wrote {out / 'results.json'} and {out / 'success_curves.png'}")
+
+
+if __name__ == "__main__":
+    main()
