@@ -103,26 +103,17 @@ def learn(task: str, policy_name: str, episodes: int, minutes: float, eval_episo
     demos = build_expert_demos(task, episodes, chunk_size=chunk_size, num_envs=16, noise_std=noise_std,
                                image_size=image_size, cameras=cameras)
     t_demo = time.perf_counter() - t0
-    common = dict(policy=policy_name, batch_size=32, torch_threads=torch.get_num_threads(), chunk_size=chunk_size,
-                  cameras=list(cameras), image_size=image_size, execute_steps=execute_steps, num_steps=5)
-    def probe(steps: int) -> float:  # seconds for a short run of `steps` SFT steps
-        cfg = SFTConfig(steps=steps, eval_every=0, save_every=0,
-                        run_dir=f"/tmp/bench_vla_probe_{policy_name}", **common)
-        t = time.perf_counter()
-        train_sft(build_policy(cfg, demos.stats), demos, cfg, log=lambda _: None)
-        return time.perf_counter() - t
-
-    per_step = (probe(40) - probe(10)) / 30  # the difference cancels the start-up cost
-    budget = minutes * 60 - t_demo - 90  # leave time for the evaluation
-    steps = max(100, int(budget / per_step))
-    cfg = SFTConfig(steps=steps, lr=lr, warmup_steps=100, eval_every=0, save_every=0,
-                    eval_episodes=eval_episodes, task=task, run_dir=f"/tmp/bench_vla_{task}_{policy_name}",
-                    **common)
+    cfg = SFTConfig(policy=policy_name, batch_size=32, torch_threads=torch.get_num_threads(), chunk_size=chunk_size,
+                    cameras=list(cameras), image_size=image_size, execute_steps=execute_steps, num_steps=5,
+                    steps=10**7, max_minutes=minutes - t_demo / 60 - 1.5,  # 1.5 min left for the evaluation
+                    lr=lr, warmup_steps=100, eval_every=0, save_every=0, eval_episodes=eval_episodes, task=task,
+                    run_dir=f"/tmp/bench_vla_{task}_{policy_name}")
     env = make_env(task, min(eval_episodes, 25), obs_mode="rgb", image_size=image_size,
                    cameras=tuple(cameras), num_threads=1)
     p = build_policy(cfg, demos.stats)
     summary = train_sft(p, demos, cfg, env)
     env.close()
+    steps = summary["steps"]
     return {"task": task, "policy": policy_name, "episodes": episodes, "demo_items": len(demos),
             "cameras": list(cameras), "image_size": image_size, "execute_steps": execute_steps,
             "chunk_size": chunk_size,

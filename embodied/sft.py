@@ -43,6 +43,7 @@ class SFTConfig:
     image_size: int = 64  # rendered images; also the tiny preset's vision input size
     patch_size: int = 0  # tiny preset's vision patch size (0: the preset's, 16)
     steps: int = 2000  # gradient steps
+    max_minutes: float = 0.0  # > 0: also stop after this much training time; the cosine follows the clock
     batch_size: int = 32
     lr: float = 3e-4
     weight_decay: float = 0.01
@@ -103,12 +104,16 @@ def build_policy(cfg: SFTConfig, stats: dict[str, Any] | None = None) -> Any:
     return policy
 
 
-def lr_lambda(cfg: SFTConfig) -> Callable[[int], float]:
-    """Linear warm-up to 1, then cosine to min_lr_ratio at cfg.steps."""
+def lr_lambda(cfg: SFTConfig, time_fraction: Callable[[], float] | None = None) -> Callable[[int], float]:
+    """Linear warm-up to 1, then cosine to min_lr_ratio at cfg.steps; with time_fraction (the
+    share of cfg.max_minutes used), the cosine follows whichever of steps and time is further."""
     def f(step: int) -> float:
         if step < cfg.warmup_steps:
             return (step + 1) / cfg.warmup_steps
-        p = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps))
+        p = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+        if time_fraction is not None:
+            p = max(p, time_fraction())
+        p = min(1.0, p)
         return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * p))
     return f
 
@@ -132,7 +137,8 @@ def _obs(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
 
 def train_sft(policy: Any, dataset: Dataset, cfg: SFTConfig, eval_env: Any = None,
               log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Fit `policy` to `dataset` for cfg.steps steps; returns a summary (losses, evals, paths)."""
+    """Fit `policy` to `dataset` for cfg.steps steps (or cfg.max_minutes); returns a summary
+    (losses, evals, steps, paths)."""
     from torch.utils.tensorboard import SummaryWriter
 
     from embodied.evaluate import evaluate
@@ -148,7 +154,13 @@ def train_sft(policy: Any, dataset: Dataset, cfg: SFTConfig, eval_env: Any = Non
                         num_workers=cfg.num_workers, generator=torch.Generator().manual_seed(cfg.seed))
     params = [p for p in policy.actor_parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg))
+    t0 = time.perf_counter()
+    budget_s = 60.0 * cfg.max_minutes
+
+    def time_fraction() -> float:  # of the training budget (periodic evaluations count too)
+        return (time.perf_counter() - t0) / budget_s
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg, time_fraction if budget_s > 0 else None))
     seeds = list(range(10_000, 10_000 + cfg.eval_episodes))
     summary: dict[str, Any] = {"loss": [], "eval": [], "checkpoints": []}
 
@@ -161,8 +173,8 @@ def train_sft(policy: Any, dataset: Dataset, cfg: SFTConfig, eval_env: Any = Non
         summary["eval"].append((step, res.success_rate))
         log(f"step {step}: eval success {res.success_rate:.2f} over {len(seeds)} episodes")
 
-    step, t0, samples = 0, time.perf_counter(), 0
-    while step < cfg.steps:
+    step, samples, done = 0, 0, False
+    while not done:
         for batch in loader:
             obs = _obs(batch, device)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
@@ -175,18 +187,20 @@ def train_sft(policy: Any, dataset: Dataset, cfg: SFTConfig, eval_env: Any = Non
             step += 1
             samples += batch["actions"].shape[0]
             summary["loss"].append(loss.item())
-            if step % 50 == 0 or step == cfg.steps:
+            done = step >= cfg.steps or (budget_s > 0 and time_fraction() >= 1.0)
+            if step % 50 == 0 or done:
                 sps = samples / (time.perf_counter() - t0)
                 writer.add_scalar("sft/loss", loss.item(), step)
                 writer.add_scalar("sft/grad_norm", float(grad_norm), step)
                 writer.add_scalar("sft/lr", sched.get_last_lr()[0], step)
                 writer.add_scalar("time/samples_per_s", sps, step)
-            if eval_env is not None and cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.steps:
+            if eval_env is not None and cfg.eval_every and step % cfg.eval_every == 0 and not done:
                 run_eval(step)
-            if cfg.save_every and step % cfg.save_every == 0 and step < cfg.steps:
+            if cfg.save_every and step % cfg.save_every == 0 and not done:
                 summary["checkpoints"].append(str(save_atomic(policy, run / f"step_{step:07d}")))
-            if step >= cfg.steps:
+            if done:
                 break
+    summary["steps"] = step
     summary["samples_per_s"] = samples / (time.perf_counter() - t0)
     if eval_env is not None:
         run_eval(step)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 import numpy as np
+import pytest
 import torch
 
 from sims.registry import expert_for, make_env
@@ -96,3 +97,16 @@ def test_expert_demos_layout():
     assert last["action_valid"].tolist() == [True, False, False, False]
     assert torch.equal(last["actions"][1], last["actions"][0])
     assert len(ds.stats["state"]["mean"]) == 9 and len(ds.stats["action"]["std"]) == 4
+
+
+def test_sft_time_budget_stops_training_and_ends_the_cosine(tmp_path):
+    from embodied.sft import SFTConfig, build_policy, lr_lambda, train_sft
+
+    ds = build_expert_demos("Reach", episodes=2, chunk_size=4, num_envs=2, image_size=32)
+    cfg = SFTConfig(steps=10**6, max_minutes=0.05, warmup_steps=2, eval_every=0, save_every=0, image_size=32,
+                    batch_size=4, run_dir=str(tmp_path))
+    summary = train_sft(build_policy(cfg, ds.stats), ds, cfg, log=lambda _: None)
+    assert 3 <= summary["steps"] < 10**6  # stopped by the clock, after some steps
+    f = lr_lambda(cfg, lambda: 1.0)
+    assert f(5) == pytest.approx(cfg.min_lr_ratio)  # the clock's end is the cosine's end
+    assert lr_lambda(cfg, lambda: 0.0)(2) == pytest.approx(1.0)
