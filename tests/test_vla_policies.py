@@ -60,6 +60,19 @@ def test_flow_prefix_runs_once_per_act(steps):
     assert counts == {"vision": 1, "lm": 1, "expert": steps}
 
 
+def test_expert_groups_equal_separate_forwards():
+    """G denoising points per row in one grouped forward equal G separate forwards."""
+    p = FlowVLA(FlowVLAConfig(critic=False)).eval()
+    prefix, state = p.encode(_obs())
+    x, t = torch.randn(4, 3, 4, 32), torch.rand(4, 3)
+    with torch.no_grad():
+        v, h = p.expert(prefix.kv, prefix.mask, state, x, t, with_hidden=True)
+        for g in range(3):
+            vg, hg = p.expert(prefix.kv, prefix.mask, state, x[:, g], t[:, g], with_hidden=True)
+            torch.testing.assert_close(v[:, g], vg, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(h[:, g], hg, atol=1e-5, rtol=1e-5)
+
+
 def test_flow_denoising_reuses_the_same_cache():
     """Sampling through the cache equals recomputing the prefix at every step."""
     p = FlowVLA(FlowVLAConfig(num_steps=4, critic=False)).eval()

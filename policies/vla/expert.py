@@ -41,7 +41,7 @@ class ExpertLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, prefix_k: torch.Tensor, prefix_v: torch.Tensor,
                 mask: torch.Tensor) -> torch.Tensor:
-        """x [B, S, H]; prefix_k/v [B, Hkv, T, Dh]; mask bool [B, 1, 1, T + S] (keys to see)."""
+        """x [B, S, H]; prefix_k/v [B, Hkv, T, Dh]; mask bool [B, 1, 1 or S, T + S] (keys to see)."""
         B, S, _ = x.shape
         h = self.norm1(x)
         q = self.q(h).view(B, S, self.heads, self.head_dim).transpose(1, 2)  # [B, Hq, S, Dh]
@@ -78,19 +78,32 @@ class ActionExpert(nn.Module):
                 state: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor,
                 with_hidden: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """kv: per LM layer [B, Hkv, T, Dh]; prefix_mask bool [B, T]; state [B, S_pad];
-        x_t [B, K, A_pad]; t [B] -> v [B, K, A_pad] (and, with_hidden, the action tokens'
-        final hidden states [B, K, H], which the Flow-Noise head reads)."""
-        B, K, _ = x_t.shape
+        x_t [B, K, A_pad] at t [B] -> v [B, K, A_pad] (and, with_hidden, the action tokens'
+        final hidden states [B, K, H], which the Flow-Noise head reads).
+
+        Several denoising points of each sample, x_t [B, G, K, A_pad] at t [B, G], run as G
+        groups of tokens in one sequence: each group sees the prefix and its own tokens only,
+        so it equals G separate forwards while the prefix keys are read in place, not copied
+        G times. Outputs are then [B, G, K, ...]."""
+        grouped = x_t.dim() == 4
+        if not grouped:
+            x_t, t = x_t[:, None], t[:, None]
+        B, G, K, _ = x_t.shape
+        L, H = 1 + K, self.hidden  # tokens per group: [state; K actions]
         dtype = self.action_in.weight.dtype
-        time = sinusoidal_time(t, self.hidden, self.min_period, self.max_period).to(dtype)  # [B, H]
-        act = self.action_in(x_t.to(dtype))  # [B, K, H]
-        act = self.action_time(torch.cat([act, time[:, None].expand(B, K, -1)], dim=-1))
-        tokens = torch.cat([self.state_in(state.to(dtype))[:, None], act], dim=1) + self.position
-        own = torch.ones(B, 1 + K, dtype=torch.bool, device=x_t.device)
-        mask = torch.cat([prefix_mask.to(x_t.device), own], dim=1)[:, None, None, :]  # [B, 1, 1, T + S]
-        x = tokens
+        time = sinusoidal_time(t.reshape(-1), H, self.min_period, self.max_period).to(dtype).view(B, G, 1, H)
+        act = self.action_in(x_t.to(dtype))  # [B, G, K, H]
+        act = self.action_time(torch.cat([act, time.expand(B, G, K, H)], dim=-1))
+        st = self.state_in(state.to(dtype))[:, None, None].expand(B, G, 1, H)
+        x = (torch.cat([st, act], dim=2) + self.position).reshape(B, G * L, H)
+        group = torch.arange(G * L, device=x_t.device) // L
+        own = (group[:, None] == group[None, :]).expand(B, G * L, G * L)  # block-diagonal
+        seen = prefix_mask.to(x_t.device)[:, None, :].expand(B, G * L, -1)
+        mask = torch.cat([seen, own], dim=2)[:, None]  # [B, 1, G * L, T + G * L]
         for layer, (pk, pv) in zip(self.layers, kv):
             x = layer(x, pk, pv, mask)
-        h = self.norm(x[:, 1:])
+        h = self.norm(x.view(B, G, L, H)[:, :, 1:])  # [B, G, K, H]
         v = self.action_out(h)
+        if not grouped:
+            v, h = v[:, 0], h[:, 0]
         return (v, h) if with_hidden else v

@@ -53,8 +53,8 @@ class NoiseHead(nn.Module):
 
 def sde_step(x: torch.Tensor, v: torch.Tensor, t: torch.Tensor, dt: float,
              level: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean [B, K, A] and std [B, 1, 1] of the Flow-SDE step from x_t; t float [B]."""
-    t = t.float()[:, None, None]
+    """Mean [..., K, A] and std [..., 1, 1] of the Flow-SDE step from x_t [..., K, A]; t float [...]."""
+    t = t.float()[..., None, None]
     g2 = level ** 2 * torch.clamp(t, max=1.0 - dt) / (1.0 - torch.clamp(t, max=1.0 - dt))
     noise_hat = x + (1.0 - t) * v
     mean = x - dt * v - dt * g2 / (2.0 * t) * noise_hat

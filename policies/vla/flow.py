@@ -87,32 +87,27 @@ class FlowVLA(VLAPolicy):
     # -- denoising steps ------------------------------------------------------------
     def transitions(self, prefix: Prefix, state: torch.Tensor, x: torch.Tensor, t: torch.Tensor,
                     method: str, steps: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """S denoising steps per row in one expert forward.
+        """S denoising steps per row in one expert forward (S groups of tokens per row).
 
         x [B, S, K, A_pad] at times t [B, S] -> (mean, std, ode) each [B, S, K, A_pad]: the
         next point's Gaussian under `method` (std 0 for "ode" and for padded dims, which
         always follow the ODE) and the plain ODE step x - dt * v. See exploration.py.
         """
-        B, S = t.shape
         dt = 1.0 / steps
-        kv, mask = prefix.kv, prefix.mask
-        if S > 1:  # one row per (sample, step); sampling (S = 1) reuses the cache as it is
-            kv = [(k.repeat_interleave(S, 0), v.repeat_interleave(S, 0)) for k, v in kv]
-            mask, state = mask.repeat_interleave(S, 0), state.repeat_interleave(S, 0)
-        xs, ts = x.reshape(B * S, *x.shape[2:]).float(), t.reshape(B * S)
-        v, h = self.expert(kv, mask, state, xs, ts, with_hidden=True)
+        x = x.float()
+        v, h = self.expert(prefix.kv, prefix.mask, state, x, t, with_hidden=True)  # [B, S, K, ...]
         v = v.float()
-        ode = xs - dt * v
-        mean, std = ode, torch.zeros_like(xs)
+        ode = x - dt * v
+        mean, std = ode, torch.zeros_like(x)
         if method == "flow_sde":
-            mean, g = sde_step(xs, v, ts, dt, self.config.sde_noise_level)
+            mean, g = sde_step(x, v, t, dt, self.config.sde_noise_level)
             std = std + g
         elif method == "flow_noise":
             std = self.noise_head(h, self.config.noise_std_min, self.config.noise_std_max)
         A = self.config.action_dim
         mean = torch.cat([mean[..., :A], ode[..., A:]], dim=-1)
         std = torch.cat([std[..., :A], torch.zeros_like(std[..., A:])], dim=-1)
-        return tuple(z.reshape(B, S, *z.shape[1:]) for z in (mean, std, ode))
+        return mean, std, ode
 
     @torch.no_grad()
     def sample(self, prefix: Prefix, state: torch.Tensor, noise: torch.Tensor, steps: int,
