@@ -26,11 +26,19 @@ $(STAMP): pyproject.toml constraints.txt
 
 # ManiSkill3 extra; on machines without the NVIDIA Vulkan driver, Mesa lavapipe from the
 # system mirror's backports suite is unpacked into .cache/lavapipe (no system change).
+# mplib (motion planning) needs numpy < 2, so it gets its own small venv, .venv-mplib, pinned
+# by sims/maniskill/mplib-requirements.txt and not by constraints.txt (numpy 2).
+MPLIB_VENV := .venv-mplib
+MPLIB_REQS := sims/maniskill/mplib-requirements.txt
+
 maniskill: $(MS_STAMP)
 
-$(MS_STAMP): $(STAMP)
+$(MS_STAMP): $(STAMP) $(MPLIB_REQS)
 	$(PY) -m pip install -q -c constraints.txt -e ".[dev,ros,vla,maniskill]"
 	$(PY) -m sims.maniskill.lavapipe
+	rm -rf $(MPLIB_VENV)
+	$(PYTHON) -m venv $(MPLIB_VENV)
+	env -u PIP_CONSTRAINT $(MPLIB_VENV)/bin/python -m pip install -q -r $(MPLIB_REQS)
 	touch $(MS_STAMP)
 
 demo: setup

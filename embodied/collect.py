@@ -62,6 +62,10 @@ def collect_demos(task: str, episodes: int, out: str | Path, seed: int = 0, obs_
     writer = EpisodeWriter(out, task, spec)
     written, attempted, next_seed = 0, 0, seed
     obs, _ = env.reset(seed=list(range(next_seed, next_seed + B)))
+    # Experts that plan per episode (the mplib expert) have reset(env_ids, privileged [n, P]).
+    expert_reset = getattr(expert, "reset", None)
+    if expert_reset is not None:
+        expert_reset(np.arange(B), obs["privileged"].numpy())
     seeds = np.arange(next_seed, next_seed + B)
     next_seed += B
     buffers: list[list[dict[str, torch.Tensor]]] = [[] for _ in range(B)]
@@ -91,8 +95,12 @@ def collect_demos(task: str, episodes: int, out: str | Path, seed: int = 0, obs_
             ids = res.done.nonzero().flatten()
             fresh, _ = env.reset(seed=seeds[ids.numpy()].tolist(), env_ids=ids)
             res.obs = fresh
+            if expert_reset is not None:
+                expert_reset(ids.numpy(), fresh["privileged"][ids].numpy())
         obs = res.obs
     env.close()
+    if hasattr(expert, "close"):
+        expert.close()
     return {"out": str(out), "task": task, "episodes": written, "attempted": attempted,
             "cameras": list(cams) if obs_mode == "rgb" else [], "noise": float(noise),
             "expert_success_rate": written / max(attempted, 1) if only_success else None}

@@ -46,9 +46,15 @@ def make_env(task: str, num_envs: int, **kwargs: Any) -> VecEnv:
 
 
 def expert_for(task: str) -> Callable[[np.ndarray], np.ndarray]:
-    """The task's scripted expert: privileged obs float [B, P] -> actions float32 [B, A]
-    (A = 4 for MuJoCo tasks, 7 for ManiSkill tasks in pd_ee_delta_pose)."""
+    """The task's expert: privileged obs float [B, P] -> actions float32 [B, A] (A = 4 for MuJoCo
+    tasks, 7 for ManiSkill tasks in pd_ee_delta_pose: scripted). "ms:<EnvId>@pd_joint_delta_pos"
+    gives the mplib motion-planning expert (A = 8; sims/maniskill/mplib_expert.py), which also
+    has reset(env_ids, privileged) for new episodes and close()."""
     if task.startswith("ms:"):
+        if task.partition("@")[2] == "pd_joint_delta_pos":
+            from sims.maniskill.mplib_expert import expert_for as mplib_expert_for
+
+            return mplib_expert_for(task)
         from sims.maniskill.expert import expert_for as ms_expert_for
 
         return ms_expert_for(task)

@@ -6,8 +6,9 @@ moves the TCP in a straight line toward that phase's waypoint. The waypoints are
 ManiSkill's motion-planning solutions (mani_skill/examples/motionplanning/panda/solutions):
 PickCube: reach 5 cm above a yaw-aligned top-down grasp, descend, close, carry to the goal;
 PushCube / PullCube: gripper closed, stand 5 cm behind the cube, push it along the goal line.
-We do not run those solutions themselves: they need mplib, and mplib 0.1.1 (the version
-mani-skill 3.0.1 pins) and mplib 0.2.1 both segfault under numpy 2 (see docs/maniskill.md).
+These experts plan nothing; the mplib motion-planning experts, which plan joint paths in a
+separate numpy-1 interpreter (mplib crashes under numpy 2), are in sims/maniskill/mplib_expert.py
+(`ms:<task>@pd_joint_delta_pos`; see docs/maniskill.md).
 
 Action (pd_ee_delta_pose, normalised): [dx, dy, dz, rx, ry, rz, gripper], position deltas of
 0.1 m and XYZ-Euler rotation deltas of 0.1 rad per unit, in the robot-root frame (the root
