@@ -4,7 +4,8 @@ step (sft_loss + backward + AdamW) on the same batch. Target: RL step <= 1.3x SF
 
     .venv/bin/python benchmarks/bench_vla_rl.py [--batch 32] [--repeats 10] [--threads 2]
 
-Prints one JSON line per policy: samples/s of each step kind and the ratios.
+Prints one JSON line per policy: samples/s of each step kind (medians of alternated calls)
+and the ratios.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -42,12 +44,18 @@ def batch(B: int) -> dict:
             "instruction": ["push the cube to the goal"] * B}
 
 
-def timed(fn, repeats: int) -> float:
-    fn()  # warm-up
-    t0 = time.perf_counter()
+def interleaved(fns: list, repeats: int) -> list[float]:
+    """Median seconds per call of each fn, timed in alternation (fn1, fn2, ..., fn1, ...) so
+    that a change of machine load falls on all of them alike."""
+    for fn in fns:
+        fn()  # warm-up
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(repeats):
-        fn()
-    return (time.perf_counter() - t0) / repeats
+        for fn, ts in zip(fns, times):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+    return [statistics.median(ts) for ts in times]
 
 
 def bench(name: str, B: int, repeats: int) -> dict:
@@ -77,7 +85,7 @@ def bench(name: str, B: int, repeats: int) -> dict:
         with torch.no_grad():
             policy.evaluate(obs, out.replay)
 
-    t_sft, t_rl, t_re = timed(sft_step, repeats), timed(rl_step, repeats), timed(recompute, repeats)
+    t_sft, t_rl, t_re = interleaved([sft_step, rl_step, recompute], repeats)
     return {"policy": name, "batch": B, "sft_samples_per_s": round(B / t_sft, 1),
             "rl_samples_per_s": round(B / t_rl, 1), "recompute_samples_per_s": round(B / t_re, 1),
             "rl_step_over_sft_step": round(t_rl / t_sft, 3), "recompute_over_sft_step": round(t_re / t_sft, 3)}
