@@ -45,7 +45,7 @@ demo: setup
 	$(VENV)/bin/embodied pipeline demo
 
 test: setup maniskill
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=15 tests
 
 test-fast: setup maniskill
 	$(PY) -m pytest -q -m "not slow" tests
@@ -56,4 +56,4 @@ bench: setup
 	$(PY) benchmarks/bench_vs_rsl_rl.py
 
 clean:
-	rm -rf $(VENV) runs .cache/lavapipe
+	rm -rf $(VENV) $(MPLIB_VENV) runs .cache/lavapipe
