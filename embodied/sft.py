@@ -81,7 +81,9 @@ def load_sft_config(path: str | Path, overrides: list[str] = ()) -> SFTConfig:
 
 
 def build_policy(cfg: SFTConfig, stats: dict[str, Any] | None = None) -> Any:
-    """A fresh tiny/real VLA from cfg (or cfg.init_from), with the dataset's stats set."""
+    """A fresh tiny/real VLA from cfg (or cfg.init_from), with the dataset's stats set; a fresh
+    one takes its state and action widths from the stats (9 and 4 for the MuJoCo tasks, 18 and
+    7 or 8 for ManiSkill's Panda)."""
     from policies.registry import policy_class
     from policies.vla.config import make_config
 
@@ -90,6 +92,8 @@ def build_policy(cfg: SFTConfig, stats: dict[str, Any] | None = None) -> Any:
         policy = klass.from_pretrained(cfg.init_from)
     else:
         extra: dict[str, Any] = {"num_steps": cfg.num_steps} if cfg.policy == "flow_vla" else {}
+        if stats is not None:
+            extra["state_dim"], extra["action_dim"] = len(stats["state"]["mean"]), len(stats["action"]["mean"])
         if cfg.preset == "tiny":
             vision = make_config(klass.config_class, cfg.preset).vision
             vision["image_size"] = cfg.image_size

@@ -110,3 +110,23 @@ def test_errors_are_one_line(monkeypatch, tmp_path):
     _one_line_error(lambda: mplib_expert_for("ms:PickCube-v1"), "pd_joint_delta_pos")
     monkeypatch.setattr(planner_mod, "VENV", tmp_path / "no-venv")
     _one_line_error(lambda: expert_for(TASK), "planner venv", "make maniskill")
+
+
+def test_vla_pipeline_runs_on_maniskill(tmp_path):
+    """configs/pipeline_ms_pickcube.yaml on a tiny budget: mplib demos with RGB, SFT of a flow
+    VLA with ManiSkill's widths (state 18, action 8), PPO with Flow-Noise, evaluation."""
+    import json
+    from pathlib import Path
+
+    from embodied.cli import main
+
+    rc = main(["pipeline", "pipeline_ms_pickcube", f"run_dir={tmp_path}", "collect.episodes=2",
+               "collect.image_size=32", "sft.steps=5", "sft.batch_size=8", "sft.warmup_steps=2",
+               "rl.env.image_size=32", "rl.env.num_envs=2", "rl.env.num_threads=1", "rl.ppo.rollout_steps=2",
+               "rl.train.total_steps=8", "rl.train.eval_episodes=1", "rl.train.video_episodes=0",
+               "rl.train.progress=false"])
+    assert rc == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    cfg = json.loads((Path(summary["sft_checkpoint"]) / "config.json").read_text())["config"]
+    assert (cfg["state_dim"], cfg["action_dim"]) == (18, 8)
+    assert 0.0 <= summary["success_rl"] <= 1.0
