@@ -92,7 +92,7 @@ def sft_throughput(device: torch.device, steps: int, batch: int = 32) -> dict[st
 
 def learn(task: str, policy_name: str, episodes: int, minutes: float, eval_episodes: int,
           cameras: tuple[str, ...] = ("front",), image_size: int = 64, execute_steps: int = 0,
-          lr: float = 1e-3, chunk_size: int = 4, noise_std: float = 0.3) -> dict:
+          lr: float = 1e-3, chunk_size: int = 4, noise_std: float = 0.3, label_sigma: float = 0.0) -> dict:
     """SFT on expert demos of `task` for a wall-clock budget (demo collection, training and
     the final evaluation all count); success in the simulator over eval_episodes seeds."""
     from embodied.sft import SFTConfig, build_policy, train_sft
@@ -106,7 +106,8 @@ def learn(task: str, policy_name: str, episodes: int, minutes: float, eval_episo
     cfg = SFTConfig(policy=policy_name, batch_size=32, torch_threads=torch.get_num_threads(), chunk_size=chunk_size,
                     cameras=list(cameras), image_size=image_size, execute_steps=execute_steps, num_steps=5,
                     steps=10**7, max_minutes=minutes - t_demo / 60 - 1.5,  # 1.5 min left for the evaluation
-                    lr=lr, warmup_steps=100, eval_every=0, save_every=0, eval_episodes=eval_episodes, task=task,
+                    lr=lr, warmup_steps=100, eval_every=0, label_sigma=label_sigma, save_every=0,
+                    eval_episodes=eval_episodes, task=task,
                     run_dir=f"/tmp/bench_vla_{task}_{policy_name}")
     env = make_env(task, min(eval_episodes, 25), obs_mode="rgb", image_size=image_size,
                    cameras=tuple(cameras), num_threads=1)
@@ -116,7 +117,7 @@ def learn(task: str, policy_name: str, episodes: int, minutes: float, eval_episo
     steps = summary["steps"]
     return {"task": task, "policy": policy_name, "episodes": episodes, "demo_items": len(demos),
             "cameras": list(cameras), "image_size": image_size, "execute_steps": execute_steps,
-            "chunk_size": chunk_size,
+            "chunk_size": chunk_size, "label_sigma": label_sigma,
             "sft_steps": steps, "demo_minutes": t_demo / 60, "eval_episodes": eval_episodes,
             "success_rate": summary["eval"][-1][1], "minutes": (time.perf_counter() - t0) / 60,
             "final_loss": statistics.mean(summary["loss"][-50:])}
@@ -136,6 +137,7 @@ def main() -> None:
     ap.add_argument("--execute-steps", type=int, default=0, help="actions of each chunk executed (0: all)")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--chunk-size", type=int, default=4, help="K: actions per predicted chunk")
+    ap.add_argument("--label-sigma", type=float, default=0.0, help="ar_vla: HL-Gauss target width in bins")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -147,7 +149,7 @@ def main() -> None:
         res["load_avg_1m_start"] = os.getloadavg()[0]
         res["learn"] = learn(args.learn, args.policy, args.episodes, args.minutes, args.eval_episodes,
                              tuple(args.cameras.split(",")), args.image_size, args.execute_steps, args.lr,
-                             args.chunk_size)
+                             args.chunk_size, label_sigma=args.label_sigma)
         res["load_avg_1m_end"] = os.getloadavg()[0]
     else:
         res.update(latency(device, args.repeats))

@@ -44,6 +44,7 @@ class SFTConfig:
     patch_size: int = 0  # tiny preset's vision patch size (0: the preset's, 16)
     steps: int = 2000  # gradient steps
     max_minutes: float = 0.0  # > 0: also stop after this much training time; the cosine follows the clock
+    label_sigma: float = 0.0  # ar_vla: Gaussian (HL-Gauss) targets this many bins wide; 0: one-hot
     batch_size: int = 32
     lr: float = 3e-4
     weight_decay: float = 0.01
@@ -77,7 +78,10 @@ def load_sft_config(path: str | Path, overrides: list[str] = ()) -> SFTConfig:
         if not sep or not key:
             raise ConfigError(f"override {item!r}: expected key=value, e.g. lr=1e-4")
         raw[key.strip()] = yaml.safe_load(value)
-    return from_dict(SFTConfig, raw)
+    cfg = from_dict(SFTConfig, raw)
+    if cfg.label_sigma and cfg.policy != "ar_vla":
+        raise ConfigError(f"label_sigma applies to ar_vla only, not policy={cfg.policy}; remove it")
+    return cfg
 
 
 def build_policy(cfg: SFTConfig, stats: dict[str, Any] | None = None) -> Any:
@@ -91,7 +95,8 @@ def build_policy(cfg: SFTConfig, stats: dict[str, Any] | None = None) -> Any:
     if cfg.init_from:
         policy = klass.from_pretrained(cfg.init_from)
     else:
-        extra: dict[str, Any] = {"num_steps": cfg.num_steps} if cfg.policy == "flow_vla" else {}
+        extra: dict[str, Any] = ({"num_steps": cfg.num_steps} if cfg.policy == "flow_vla"
+                                 else {"label_sigma": cfg.label_sigma})
         if stats is not None:
             extra["state_dim"], extra["action_dim"] = len(stats["state"]["mean"]), len(stats["action"]["mean"])
         if cfg.preset == "tiny":

@@ -102,6 +102,22 @@ def test_ar_evaluate_reproduces_act_log_prob():
     assert (ev.entropy > 0).all() and ev.value.shape == (6,)
 
 
+def test_ar_gaussian_label_targets():
+    """label_sigma -> 0 gives the one-hot cross-entropy, a very wide one the uniform target's."""
+    torch.manual_seed(0)
+    p = ARVLA(ARVLAConfig())
+    obs, actions = _obs(), torch.rand(4, 4, 4) * 2 - 1
+    torch.manual_seed(1)
+    one_hot = p.sft_loss(obs, actions)
+    p.config.label_sigma = 1e-3
+    torch.testing.assert_close(p.sft_loss(obs, actions), one_hot)
+    p.config.label_sigma = 1e6
+    logp, _ = p._teacher_forced(obs, p.to_bins(actions))  # [B, M, 256]
+    torch.testing.assert_close(p.sft_loss(obs, actions), -logp.mean())
+    with pytest.raises(ValueError, match="label_sigma"):
+        ARVLAConfig(label_sigma=-1.0)
+
+
 def test_ar_bins_round_trip():
     p = ARVLA(ARVLAConfig())
     a = torch.rand(3, 4, 4) * 2 - 1

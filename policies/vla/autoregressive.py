@@ -138,10 +138,17 @@ class ARVLA(VLAPolicy):
 
     def sft_loss(self, obs: dict[str, Any], actions: torch.Tensor) -> torch.Tensor:
         """Token cross-entropy on demonstrated chunks [B, K, A]; obs['action_valid'] bool [B, K]
-        (optional) masks steps past an episode's end."""
+        (optional) masks steps past an episode's end. With config.label_sigma > 0 the target
+        of each token is a Gaussian over the bins around the demonstrated one."""
         bins = self.to_bins(actions.to(self.device))
-        logp, _ = self._teacher_forced(obs, bins, temperature=1.0)
-        nll = -logp.gather(-1, bins[..., None]).squeeze(-1)  # [B, M]
+        logp, _ = self._teacher_forced(obs, bins, temperature=1.0)  # [B, M, nb]
+        sigma = self.config.label_sigma
+        if sigma > 0:
+            j = torch.arange(logp.shape[-1], device=logp.device, dtype=logp.dtype)
+            target = torch.softmax(-0.5 * ((j - bins[..., None].to(logp.dtype)) / sigma) ** 2, dim=-1)
+            nll = -(target * logp).sum(-1)  # [B, M]
+        else:
+            nll = -logp.gather(-1, bins[..., None]).squeeze(-1)  # [B, M]
         valid = obs.get("action_valid")
         if valid is None:
             return nll.mean()

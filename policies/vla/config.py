@@ -96,6 +96,14 @@ class ARVLAConfig(VLAConfig):
 
     num_bins: int = 256
     temperature: float = 1.0  # sampling temperature when deterministic=False
+    # SFT target: 0 = one-hot cross-entropy (OpenVLA); > 0 = a Gaussian of this width in bins
+    # around the demonstrated bin (HL-Gauss, Farebrother et al. 2024), so near misses cost less
+    label_sigma: float = 0.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.label_sigma < 0:
+            raise ValueError(f"label_sigma: {self.label_sigma} must be >= 0 (0: one-hot targets)")
 
 
 PRESETS: dict[str, dict[str, Any]] = {
