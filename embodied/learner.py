@@ -199,6 +199,9 @@ class PPOLearner(PolicyGradientLearner):
                                                    cfg.gamma, cfg.gae_lambda, traj.bootstrap)  # [T, B, n]
             sel = traj.valid
         else:
+            if traj.values.dim() == 3:
+                raise ValueError("ppo.reward_level=chunk: the policy's critic gives one value per action; "
+                                 "set ppo.reward_level=action, or a fresh one-value critic with policy.critic_obs")
             advantages, returns = gae(traj.chunk_rewards, traj.values, traj.dones, traj.last_value,
                                       cfg.gamma, cfg.gae_lambda, traj.bootstrap)  # [T, B]
             values, sel = traj.values, torch.ones_like(traj.values, dtype=torch.bool)

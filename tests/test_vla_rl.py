@@ -179,6 +179,8 @@ def test_action_level_rewards_train_a_per_action_critic(level):
     stats = PPOLearner(policy, cfg).update(traj)
     assert abs(stats["ratio"] - 1.0) < 0.05 and math.isfinite(stats["value_loss"])
     assert any(not torch.equal(c, p) for c, p in zip(critic, policy.critic_parameters()))
+    with pytest.raises(ValueError, match="ppo.reward_level=chunk: the policy's critic gives one value per action"):
+        PPOLearner(policy, PPOConfig(epochs=1, minibatches=2)).update(traj)
     policy.reset_critic("prefix")  # one value per chunk cannot score two actions
     with pytest.raises(ValueError, match="ppo.reward_level=action: the critic gives 1 value"):
         PPOLearner(policy, cfg).update(_rollout(policy))
