@@ -79,6 +79,9 @@ def load_sft_config(path: str | Path, overrides: list[str] = ()) -> SFTConfig:
             raise ConfigError(f"override {item!r}: expected key=value, e.g. lr=1e-4")
         raw[key.strip()] = yaml.safe_load(value)
     cfg = from_dict(SFTConfig, raw)
+    for key in ("max_minutes", "label_sigma"):
+        if getattr(cfg, key) < 0:
+            raise ConfigError(f"{key}: {getattr(cfg, key)} must be >= 0 (0: off)")
     if cfg.label_sigma and cfg.policy != "ar_vla":
         raise ConfigError(f"label_sigma applies to ar_vla only, not policy={cfg.policy}; remove it")
     return cfg
@@ -161,6 +164,8 @@ def train_sft(policy: Any, dataset: Dataset, cfg: SFTConfig, eval_env: Any = Non
     writer = SummaryWriter(str(run / "tb"))
     loader = DataLoader(dataset, batch_size=cfg.batch_size, shuffle=True, drop_last=True,
                         num_workers=cfg.num_workers, generator=torch.Generator().manual_seed(cfg.seed))
+    if len(loader) == 0:
+        raise ConfigError(f"batch_size: {cfg.batch_size} is larger than the dataset ({len(dataset)} items)")
     params = [p for p in policy.actor_parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     t0 = time.perf_counter()

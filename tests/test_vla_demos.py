@@ -110,3 +110,14 @@ def test_sft_time_budget_stops_training_and_ends_the_cosine(tmp_path):
     f = lr_lambda(cfg, lambda: 1.0)
     assert f(5) == pytest.approx(cfg.min_lr_ratio)  # the clock's end is the cosine's end
     assert lr_lambda(cfg, lambda: 0.0)(2) == pytest.approx(1.0)
+    from embodied.config import ConfigError
+    from embodied.sft import load_sft_config
+
+    src = tmp_path / "sft.yaml"
+    src.write_text("policy: flow_vla\n")
+    for bad, match in (("max_minutes=-1", "max_minutes: -1.0 must be >= 0"),
+                       ("label_sigma=2", "label_sigma applies to ar_vla only")):
+        with pytest.raises(ConfigError, match=match):
+            load_sft_config(src, [bad])
+    with pytest.raises(ConfigError, match="batch_size: 4096 is larger than the dataset"):
+        train_sft(build_policy(cfg, ds.stats), ds, SFTConfig(batch_size=4096, run_dir=str(tmp_path)))
