@@ -106,7 +106,7 @@ def test_ar_log_probs_are_the_log_softmax_of_the_restricted_logits():
     out = p.act(obs)
     bins = out.replay["bins"]  # [B, K * A]
     ids, mask = p.text(obs, 6)
-    embeds, emask = p.prefix.embed(obs, ids, mask)
+    embeds, emask = p.prefix.embed(obs, ids, mask, p.state_proj(p.padded_state(obs))[:, None])
     seq = torch.cat([embeds, p.prefix.lm.get_input_embeddings()(bins[:, :-1] + p.base_id)], 1)
     full = torch.cat([emask, torch.ones(6, bins.shape[1] - 1, dtype=torch.bool)], 1)
     pos = (full.long().cumsum(1) - 1).clamp(min=0)

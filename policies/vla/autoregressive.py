@@ -8,7 +8,10 @@ tokenizer's vocabulary in the tiny preset; a real LM's last ids, as OpenVLA does
 chunk is decoded token by token (dimension-major within a step, step after step) with the
 LM's KV cache; the logits are restricted to the action ids and divided by `temperature`
 (deterministic: argmax). The first action token is predicted from the prefix's final
-marker token. The value head reads the marker's last hidden state, detached.
+marker token. With `state_token` (the default) the normalised, padded proprioceptive state
+is projected into one token between the instruction and the marker, so the LM sees where
+the arm is (OpenVLA reads images only; OpenVLA-OFT and pi0-FAST add the state). The value
+head reads the marker's last hidden state, detached.
 
 act's replay is the sampled bin ids int64 [B, M]; evaluate recomputes their log-probs with
 one teacher-forced forward. log_prob_parts [B, n, A] are the executed actions' token
@@ -37,6 +40,8 @@ class ARVLA(VLAPolicy):
     def __init__(self, config: ARVLAConfig, _source_dir: Any = None):
         super().__init__(config, _source_dir)
         self.base_id = self.prefix.lm.get_input_embeddings().num_embeddings - config.num_bins
+        self.state_proj = (torch.nn.Linear(config.max_state_dim, self.prefix.width)
+                           if config.state_token else None)
 
     def extra_vocab(self) -> int:
         # The word tokenizer gets num_bins new ids; a real LM gives up its last num_bins ids.
@@ -68,7 +73,8 @@ class ARVLA(VLAPolicy):
     def _prefix_embeds(self, obs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         B = obs["state"].shape[0]
         ids, mask = self.text(obs, B)
-        return self.prefix.embed(obs, ids, mask)
+        state = None if self.state_proj is None else self.state_proj(self.padded_state(obs))[:, None]
+        return self.prefix.embed(obs, ids, mask, state)  # [B, T, D], [B, T]
 
     # -- Policy contract -------------------------------------------------------------
     @torch.no_grad()

@@ -99,6 +99,7 @@ class ARVLAConfig(VLAConfig):
     # SFT target: 0 = one-hot cross-entropy (OpenVLA); > 0 = a Gaussian of this width in bins
     # around the demonstrated bin (HL-Gauss, Farebrother et al. 2024), so near misses cost less
     label_sigma: float = 0.0
+    state_token: bool = True  # the proprioceptive state as one prefix token (False: images + text only)
 
     def __post_init__(self) -> None:
         super().__post_init__()

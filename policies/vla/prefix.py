@@ -1,8 +1,10 @@
 """The vision-language prefix: SigLIP image tokens projected into the LM width, then the
 instruction's tokens, run through a decoder LM whose KV cache is returned.
 
-Token layout of one row (T = cameras * P + L (+1 with `marker`)):
-    [image tokens of camera 1 .. camera C][instruction ids, right-padded to L][marker]
+Token layout of one row (T = cameras * P + L + E (+1 with `marker`)):
+    [image tokens of camera 1 .. camera C][instruction ids, right-padded to L][E extra][marker]
+(the AR policy's extra token is its projected proprioceptive state; the flow policy passes
+none, its action expert reads the state).
 Pads are masked out of attention; position ids count real tokens only, so the marker
 (the AR policy's first prediction point) sits right after the real tokens.
 """
@@ -133,12 +135,17 @@ class VisionLanguagePrefix(nn.Module):
             tokens.append(self.vision(pixel_values=pixels.to(self.projector.weight.dtype)).last_hidden_state)
         return self.projector(torch.cat(tokens, dim=1))
 
-    def embed(self, obs: dict[str, Any], ids: torch.Tensor, text_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Input embeddings float [B, T, D] and mask bool [B, T] (layout in the module doc)."""
+    def embed(self, obs: dict[str, Any], ids: torch.Tensor, text_mask: torch.Tensor,
+              extra: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Input embeddings float [B, T, D] and mask bool [B, T] (layout in the module doc);
+        extra: optional tokens float [B, E, D] placed after the instruction."""
         img = self.image_tokens(obs)
         txt = self.lm.get_input_embeddings()(ids.to(img.device))
         parts, masks = [img, txt], [torch.ones(img.shape[:2], dtype=torch.bool, device=img.device),
                                     text_mask.to(img.device)]
+        if extra is not None:
+            parts.append(extra.to(img.dtype))
+            masks.append(torch.ones(extra.shape[:2], dtype=torch.bool, device=img.device))
         if self.marker is not None:
             parts.append(self.marker.expand(img.shape[0], 1, -1).to(img.dtype))
             masks.append(torch.ones(img.shape[0], 1, dtype=torch.bool, device=img.device))
