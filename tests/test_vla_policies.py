@@ -118,6 +118,22 @@ def test_ar_gaussian_label_targets():
         ARVLAConfig(label_sigma=-1.0)
 
 
+@pytest.mark.parametrize("state_token", [True, False])
+def test_ar_reads_the_state_only_through_its_state_token(state_token):
+    """With state_token the first action token's logits depend on the proprioceptive state;
+    without it the prefix is images and text only and the state changes nothing."""
+    torch.manual_seed(0)
+    p = ARVLA(ARVLAConfig(state_token=state_token))
+    obs = _obs()
+    moved = {**obs, "state": obs["state"] + 1.0}
+    bins = torch.zeros(4, p.config.chunk_size * p.config.action_dim, dtype=torch.long)
+    with torch.no_grad():
+        a, _ = p._teacher_forced(obs, bins)
+        b, _ = p._teacher_forced(moved, bins)
+    assert (p.state_proj is not None) == state_token
+    assert (a - b).abs().max().item() > 1e-4 if state_token else torch.equal(a, b)
+
+
 def test_ar_bins_round_trip():
     p = ARVLA(ARVLAConfig())
     a = torch.rand(3, 4, 4) * 2 - 1
