@@ -7,6 +7,7 @@ run itself, before the first update and at the end, on the same held-out seeds.
 
     python benchmarks/bench_vla_recipes.py --recipes flow_noise,flow_sde --seeds 0,1,2
     python benchmarks/bench_vla_recipes.py --recipes reach_flow_noise --rl-steps 100000
+    python benchmarks/bench_vla_recipes.py --merge runs/a,runs/b --out runs/all
 
 Writes <out>/results.json and <out>/success_curves.png (one panel per recipe: each seed's
 curve and their mean). The 95% interval is mean +- t(0.975, n-1) * std / sqrt(n).
@@ -107,6 +108,39 @@ def plot(per_recipe: dict[str, list[dict]], path: Path) -> None:
     plt.close(fig)
 
 
+def summarize(per_recipe: dict[str, list[dict]], meta: dict, out: Path) -> None:
+    """Print and write the per-recipe table (results.json) and the curves (success_curves.png).
+    `late` is the mean of a run's last three evaluations: one evaluation on 50-100 seeds has a
+    standard error of 4-7 points, so the final one alone over- or under-states a run."""
+    table = {}
+    for name, runs in per_recipe.items():
+        for r in runs:
+            r["late"] = statistics.mean(rate for _, rate in r["curve"][-3:])
+        (sft_m, sft_ci), (rl_m, rl_ci) = mean_ci([r["sft"] for r in runs]), mean_ci([r["rl"] for r in runs])
+        lift_m, lift_ci = mean_ci([r["rl"] - r["sft"] for r in runs])
+        late_m, late_ci = mean_ci([r["late"] - r["sft"] for r in runs])
+        table[name] = {"sft_mean": sft_m, "sft_ci95": sft_ci, "rl_mean": rl_m, "rl_ci95": rl_ci,
+                       "lift_mean": lift_m, "lift_ci95": lift_ci, "late_lift_mean": late_m,
+                       "late_lift_ci95": late_ci, "runs": runs}
+        print(f"{name:18s} SFT {sft_m:.2f} +- {sft_ci:.2f}   RL {rl_m:.2f} +- {rl_ci:.2f}   "
+              f"lift {lift_m:+.2f} +- {lift_ci:.2f}   last-three lift {late_m:+.2f} +- {late_ci:.2f}   "
+              f"({len(runs)} seeds)")
+    plot(per_recipe, out / "success_curves.png")
+    (out / "results.json").write_text(json.dumps({"meta": meta, "recipes": table}, indent=1))
+    print(f"wrote {out / 'results.json'} and {out / 'success_curves.png'}")
+
+
+def merge(dirs: list[str], out: Path) -> None:
+    """One table and one figure from the results.json of several runs of this script."""
+    per_recipe, metas = {}, []
+    for d in dirs:
+        data = json.loads((Path(d) / "results.json").read_text())
+        metas.append(data["meta"])
+        for name, row in data["recipes"].items():
+            per_recipe.setdefault(name, []).extend(row["runs"])
+    summarize(per_recipe, {"merged_from": metas}, out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--recipes", default="flow_noise,flow_sde,grpo_flow,ppo_ar,grpo_ar",
@@ -119,33 +153,27 @@ def main() -> None:
     ap.add_argument("--set", nargs="*", default=[], help="overrides for every RL config, e.g. env.num_envs=16")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="runs/bench_recipes")
+    ap.add_argument("--merge", default="", help="comma-separated output folders of earlier runs: "
+                    "only combine their results.json into --out")
     args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.merge:
+        return merge(args.merge.split(","), out)
     recipes = args.recipes.split(",")
     bad = [r for r in recipes if r not in RECIPES]
     if bad:
         sys.exit(f"--recipes: unknown recipe {bad[0]!r}; choose from {', '.join(RECIPES)}")
     torch.set_num_threads(args.threads)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     per_recipe: dict[str, list[dict]] = {r: [] for r in recipes}
     for seed in map(int, args.seeds.split(",")):
         for name, r in run_seed(recipes, seed, out, args.demos, args.noise, args.sft_steps or None,
                                 args.rl_steps or None, args.set).items():
             per_recipe[name].append({"seed": seed, **r})
-    table = {}
-    for name, runs in per_recipe.items():
-        (sft_m, sft_ci), (rl_m, rl_ci) = mean_ci([r["sft"] for r in runs]), mean_ci([r["rl"] for r in runs])
-        lift_m, lift_ci = mean_ci([r["rl"] - r["sft"] for r in runs])
-        table[name] = {"sft_mean": sft_m, "sft_ci95": sft_ci, "rl_mean": rl_m, "rl_ci95": rl_ci,
-                       "lift_mean": lift_m, "lift_ci95": lift_ci, "runs": runs}
-        print(f"{name:18s} SFT {sft_m:.2f} +- {sft_ci:.2f}   RL {rl_m:.2f} +- {rl_ci:.2f}   "
-              f"lift {lift_m:+.2f} +- {lift_ci:.2f}   ({len(runs)} seeds)")
-    plot(per_recipe, out / "success_curves.png")
     meta = {"date": time.strftime("%Y-%m-%d"), "torch": torch.__version__, "threads": args.threads,
             "demos": args.demos, "noise": args.noise, "sft_steps": args.sft_steps, "rl_steps": args.rl_steps,
             "rl_overrides": args.set}
-    (out / "results.json").write_text(json.dumps({"meta": meta, "recipes": table}, indent=1))
-    print(f"wrote {out / 'results.json'} and {out / 'success_curves.png'}")
+    summarize(per_recipe, meta, out)
 
 
 if __name__ == "__main__":
