@@ -1,7 +1,8 @@
 """The RL recipes over several seeds: SFT success, RL success, mean and 95% confidence interval.
 
 For every seed s: collect expert demos once per task (seeded by s), SFT each policy family
-that the chosen recipes need (the recipe's few-shot SFT config, seed s), then run each
+that the chosen recipes need (the recipe's few-shot SFT config, seed s; demos and SFT
+checkpoints already in --out are reused), then run each
 recipe's RL config from that SFT checkpoint (train.seed = s). Success is measured by the RL
 run itself, before the first update and at the end, on the same held-out seeds.
 
@@ -67,10 +68,14 @@ def run_seed(recipes: list[str], seed: int, out: Path, demos: int, noise: float,
                               image_size=sft.image_size, cameras=sft.cameras, noise=noise)
             sft.dataset, sft.run_dir = str(data), str(out / f"{sft_name}_s{seed}")
             sft.steps = sft_steps or sft.steps
-            dataset = LeRobotDataset(sft.dataset, chunk_size=sft.chunk_size)
-            torch.manual_seed(seed)
-            sft_dirs[sft_name] = train_sft(build_policy(sft, dataset.stats), dataset, sft, None,
-                                           log=lambda _: None)["final"]
+            final = Path(sft.run_dir) / "final"
+            if (final / "config.json").is_file():  # an earlier run's SFT of this seed: reuse it
+                sft_dirs[sft_name] = str(final)
+            else:
+                dataset = LeRobotDataset(sft.dataset, chunk_size=sft.chunk_size)
+                torch.manual_seed(seed)
+                sft_dirs[sft_name] = train_sft(build_policy(sft, dataset.stats), dataset, sft, None,
+                                               log=lambda _: None)["final"]
         overrides = [f"policy.init_from={sft_dirs[sft_name]}", f"train.run_dir={out / f'{name}_s{seed}'}",
                      f"train.seed={seed}", "train.progress=false", "train.video_episodes=0"]
         if rl_steps:
@@ -131,13 +136,14 @@ def summarize(per_recipe: dict[str, list[dict]], meta: dict, out: Path) -> None:
 
 
 def merge(dirs: list[str], out: Path) -> None:
-    """One table and one figure from the results.json of several runs of this script."""
+    """One table and one figure from the results.json of several runs of this script; a recipe
+    found in several folders takes its runs from the last of them."""
     per_recipe, metas = {}, []
     for d in dirs:
         data = json.loads((Path(d) / "results.json").read_text())
         metas.append(data["meta"])
         for name, row in data["recipes"].items():
-            per_recipe.setdefault(name, []).extend(row["runs"])
+            per_recipe[name] = row["runs"]
     summarize(per_recipe, {"merged_from": metas}, out)
 
 
