@@ -12,8 +12,8 @@ to the next, and runs vary between processes.
 
 Measured on 2 CPU cores (2026-11-22), the demos and SFT seed of bench_vla_recipes.py's seed 0
 (its 3-seed table is in docs/benchmarks.md). In this file's run: Flow-Noise PPO 0.20 -> 0.53,
-0.43, 0.41 (last three +0.26) in 100k env steps, 6 min; AR PPO 0.04 -> 0.32, 0.24, 0.32, 0.20
-at 64k env steps. bench_vla_recipes.py's seed 0 with GRPO: 0.24 -> 0.40, 0.52, 0.48 (+0.23).
+0.43, 0.41 (last three +0.26) in 100k env steps, 9 min with its SFT; AR PPO 0.04 -> 0.30, 0.40,
+0.36 (+0.31) in 80k env steps, 9 min with its SFT. bench_vla_recipes.py's seed 0 with GRPO: 0.24 -> 0.40, 0.52, 0.48 (+0.23).
 The module takes about 25 minutes: three RL runs of 5-7 minutes and two few-shot SFTs.
 """
 
