@@ -41,6 +41,8 @@ class TextTokenizer:
         if cfg.pretrained_lm is not None or (src is not None and _is_hf_tokenizer(src)):
             from transformers import AutoTokenizer
 
+            if src is None:
+                _need_dir(cfg.pretrained_lm, "pretrained_lm")
             self.hf = AutoTokenizer.from_pretrained(str(src or cfg.pretrained_lm), local_files_only=True)
             if self.hf.pad_token_id is None:
                 self.hf.pad_token = self.hf.eos_token
