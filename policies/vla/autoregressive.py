@@ -73,7 +73,9 @@ class ARVLA(VLAPolicy):
     def _prefix_embeds(self, obs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         B = obs["state"].shape[0]
         ids, mask = self.text(obs, B)
-        state = None if self.state_proj is None else self.state_proj(self.padded_state(obs))[:, None]
+        state = None
+        if self.state_proj is not None:  # [B, 1, D]
+            state = self.state_proj(self.padded_state(obs).to(self.state_proj.weight.dtype))[:, None]
         return self.prefix.embed(obs, ids, mask, state)  # [B, T, D], [B, T]
 
     # -- Policy contract -------------------------------------------------------------
