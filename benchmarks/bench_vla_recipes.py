@@ -140,7 +140,10 @@ def merge(dirs: list[str], out: Path) -> None:
     found in several folders takes its runs from the last of them."""
     per_recipe, metas = {}, []
     for d in dirs:
-        data = json.loads((Path(d) / "results.json").read_text())
+        path = Path(d) / "results.json"
+        if not path.is_file():
+            sys.exit(f"--merge: {path} does not exist; give output folders of earlier runs of this script")
+        data = json.loads(path.read_text())
         metas.append(data["meta"])
         for name, row in data["recipes"].items():
             per_recipe[name] = row["runs"]
