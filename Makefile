@@ -45,7 +45,7 @@ demo: setup
 	$(VENV)/bin/embodied pipeline demo
 
 test: setup maniskill
-	$(PY) -m pytest -q --durations=15 tests
+	$(PY) -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder --durations=15 tests
 
 test-fast: setup maniskill
 	$(PY) -m pytest -q -m "not slow" tests

@@ -54,6 +54,7 @@ class PolicyConfig:
     noise_std_max: float | None = None
     sde_noise_level: float | None = None  # flow_sde: a in g_t = a sqrt(t / (1 - t))
     temperature: float | None = None  # ar: sampling temperature (log-probs are taken under it)
+    greedy: Literal["argmax", "mean"] | None = None  # ar: how the deterministic (evaluation) act picks bins
     critic_obs: Literal["prefix", "privileged"] | None = None  # a fresh VLA value head on this input
     freeze: Literal["none", "vision", "vlm"] = "none"  # VLAs: weights RL leaves alone (vlm: flow only)
 
@@ -94,6 +95,8 @@ class GRPOConfig:
     reward: Literal["success", "return"] = "success"  # binary success or the shaped episode return
     filter_low: float = 0.0  # keep groups whose success rate r has low < r < high
     filter_high: float = 1.0
+    filter_groups: bool = True  # False: keep every group (with reward=return, all-fail groups
+    #                             still rank their members by how far they got)
     normalize_std: bool = True  # A = (R - mean) / (std + eps), else R - mean
 
 

@@ -216,7 +216,8 @@ class PPOLearner(PolicyGradientLearner):
 class GRPOLearner(PolicyGradientLearner):
     """GRPO: one episode per env, envs grouped by reset seed (traj.group_ids); every step of
     an episode gets its group-normalised return as advantage; all-success / all-fail groups
-    (outside filter_low < rate < filter_high) are dropped; no critic, no KL term.
+    (outside filter_low < rate < filter_high) are dropped unless filter_groups is off; no
+    critic, no KL term.
 
     Each episode weighs the same in the loss (its steps get weight 1 / its length, GRPO's
     per-sequence mean): with equal step weights, long failed episodes (time-outs) would
@@ -234,7 +235,8 @@ class GRPOLearner(PolicyGradientLearner):
         success = (traj.success & mask).any(0)  # [B]
         ret = success.float() if g.reward == "success" else (traj.chunk_rewards * mask).sum(0)
         adv = grpo_advantages(ret, traj.group_ids, normalize_std=g.normalize_std)  # [B]
-        keep = grpo_keep_mask(success, traj.group_ids, g.filter_low, g.filter_high)  # [B]
+        keep = (grpo_keep_mask(success, traj.group_ids, g.filter_low, g.filter_high) if g.filter_groups
+                else torch.ones_like(success))  # [B]
         step_mask = mask & keep[None, :]
         weights = mask.float() / mask.sum(0, keepdim=True).clamp(min=1)  # [T, B], 1 per episode
         stats = {"kept_groups": float(keep.float().sum() / traj.group_ids.bincount().max()),

@@ -46,7 +46,7 @@ def build_cnn(cfg: Any, spec: Any) -> CNNActorCritic:
 
 
 FLOW_ONLY = ("num_steps", "noise_method", "noise_std_min", "noise_std_max", "sde_noise_level")
-AR_ONLY = ("temperature",)
+AR_ONLY = ("temperature", "greedy")
 
 
 def build_vla(cfg: Any, spec: Any, per_action_value: bool = False) -> Policy:

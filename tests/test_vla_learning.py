@@ -20,6 +20,8 @@ from embodied.sft import SFTConfig, build_policy, train_sft
 from sims.registry import make_env
 from test_vla_demos import build_expert_demos
 
+pytestmark = pytest.mark.slow  # two module fixtures of about 2 minutes each (demos and SFT)
+
 CAMS = ["front", "wrist"]
 # (demos, SFT steps, actions executed per 4-action chunk) per task. Measured on Reach: 150
 # demos overfit (20-58% success); 500 demos / 1500-2000 steps reach 84-98%, the misses ending

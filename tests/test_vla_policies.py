@@ -134,6 +134,23 @@ def test_ar_reads_the_state_only_through_its_state_token(state_token):
     assert (a - b).abs().max().item() > 1e-4 if state_token else torch.equal(a, b)
 
 
+def test_ar_greedy_argmax_or_mean():
+    """greedy="argmax" picks the most likely bin; "mean" the bin nearest the mean, and act uses it."""
+    p = ARVLA(ARVLAConfig(greedy="mean"))
+    probs = torch.zeros(2, 256)
+    probs[0, 10], probs[0, 21] = 0.6, 0.4  # mean 14.4 -> bin 14; argmax 10
+    probs[1, 200] = 1.0
+    assert p._greedy(probs.log()).tolist() == [14, 200]
+    p.config.greedy = "argmax"
+    assert p._greedy(probs.log()).tolist() == [10, 200]
+    p = ARVLA(ARVLAConfig(greedy="mean")).eval()
+    out = p.act(_obs(2), deterministic=True)
+    logp, _ = p._teacher_forced(_obs(2), out.replay["bins"])  # [B, M, nb]; its first row decides the first token
+    assert torch.equal(out.replay["bins"][:, 0], p._greedy(logp[:, 0]))
+    with pytest.raises(ValueError, match="greedy"):
+        ARVLAConfig(greedy="mode")
+
+
 def test_ar_bins_round_trip():
     p = ARVLA(ARVLAConfig())
     a = torch.rand(3, 4, 4) * 2 - 1
