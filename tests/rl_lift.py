@@ -1,11 +1,12 @@
-"""Shared pieces of the RL learning tests (test_vla_rl_learning_*.py).
+"""Shared pieces of the RL learning tests (tests/test_vla_rl_learning.py).
 
 The recipes of configs/ on seed 0 of benchmarks/bench_vla_recipes.py: 200 expert demos of
 PushCube (front and wrist cameras, 64 px, DART noise 0.3), a few-shot SFT of a tiny VLA
 (sft_pushcube_flow_fewshot.yaml or sft_pushcube_ar_fewshot.yaml), then an RL config from
 it, evaluated every 5 iterations on the same 100 held-out seeds (deterministic policy).
 The demos and each SFT checkpoint are built once per test session and shared between the
-modules (and pytest-xdist workers) that need them.
+modules (and pytest-xdist workers) that need them; a learning test of another recipe
+(bench_vla_recipes.py's seed 0) takes a few lines.
 
 A lift is judged by the mean of the last three evaluations minus the SFT policy's success:
 one evaluation of 100 episodes has a standard error of 4-5 points and moves by 5-10 points
