@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from embodied.config import ConfigError, PPOConfig, load_config
+from embodied.config import ConfigError, GRPOConfig, PPOConfig, load_config
 from embodied.episodes import GroupCollector
 from embodied.learner import GRPOLearner, PPOLearner, at_level
 from embodied.rollout import RolloutCollector
@@ -211,6 +211,9 @@ def test_grpo_groups_share_initial_states_and_mask_their_episodes():
     assert not m[-1].all() or traj.dones[-1].all()
     stats = GRPOLearner(policy, PPOConfig(epochs=1, minibatches=1), load_config(None).grpo).update(traj)
     assert 0.0 <= stats["group_success"] <= 1.0
+    keep_all = GRPOConfig(reward="return", filter_groups=False)  # all-fail groups still rank by return
+    stats = GRPOLearner(policy, PPOConfig(epochs=1, minibatches=1), keep_all).update(traj)
+    assert stats["kept_groups"] == 2.0 and stats["minibatch_updates"] == 1.0
 
 
 def test_bad_rl_input_gives_one_line_errors(tmp_path):
