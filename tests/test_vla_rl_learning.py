@@ -5,8 +5,10 @@ steps from the few-shot flow SFT of tests/rl_lift.py; asserts that the mean of t
 evaluations is at least 20 points above the SFT policy.
 
 Measured on 2 CPU cores (2026-11-22): 0.20 -> 0.53, 0.43, 0.41 (last three +0.26) in one
-run; 0.50, 0.56, 0.55 in a clean-clone run of the suite; the benchmark's three seeds
-+0.31, +0.23, +0.31 (docs/benchmarks.md). About 6 minutes, plus 2 for the shared SFT.
+run; in three clean-clone runs of the suite 0.20 -> 0.50, 0.56, 0.55; 0.20 -> 0.28, 0.50,
+0.65; 0.16 -> 0.32, 0.45, 0.40 (+0.23; the SFT start differs between processes); the
+benchmark's three seeds +0.31, +0.23, +0.31 (docs/benchmarks.md). 6-8 minutes, plus 2 for
+the shared SFT.
 """
 
 from __future__ import annotations
