@@ -53,8 +53,8 @@ def dds_env(tmp_path_factory):
     participants; the previous environment is restored afterwards."""
     from robot_bridge.transport import loopback_env
 
-    # Under pytest-xdist each worker draws from its own 25 domains, so that modules running
-    # at the same time in two workers never see each other's participants.
+    # Under pytest-xdist each of up to 4 workers draws from its own 25 domains, so that modules
+    # running at the same time in two workers never see each other's participants.
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
     env = loopback_env(100 + 25 * (worker % 4) + random.randrange(25), tmp_path_factory.mktemp("dds"))
     old = {k: os.environ.get(k) for k in env}

@@ -7,8 +7,9 @@ Every action dimension in [-1, 1] is cut into `num_bins` equal bins; bin b is to
 tokenizer's vocabulary in the tiny preset; a real LM's last ids, as OpenVLA does). The
 chunk is decoded token by token (dimension-major within a step, step after step) with the
 LM's KV cache; the logits are restricted to the action ids and divided by `temperature`
-(deterministic: the argmax, or with greedy="mean" the bin nearest the distribution's mean). The first action token is predicted from the prefix's final
-marker token. With `state_token` (the default) the normalised, padded proprioceptive state
+(deterministic: the argmax, or with greedy="mean" the bin nearest the mean of the
+distribution at temperature 1). The first action token is predicted from the prefix's
+final marker token. With `state_token` (the default) the normalised, padded proprioceptive state
 is projected into one token between the instruction and the marker, so the LM sees where
 the arm is (OpenVLA reads images only; OpenVLA-OFT and pi0-FAST add the state). The value
 head reads the marker's last hidden state, detached.
@@ -92,7 +93,10 @@ class ARVLA(VLAPolicy):
         bins, decoded = [], torch.zeros(B, device=embeds.device)
         for j in range(M):
             logp = torch.log_softmax(self.action_logits(h), dim=-1)  # [B, nb]
-            tok = self._greedy(logp) if deterministic else torch.multinomial(logp.exp(), 1).squeeze(-1)
+            if deterministic:  # independent of the sampling temperature
+                tok = self._greedy(torch.log_softmax(self.action_logits(h, temperature=1.0), dim=-1))
+            else:
+                tok = torch.multinomial(logp.exp(), 1).squeeze(-1)
             decoded += logp.gather(-1, tok[:, None]).squeeze(-1)
             bins.append(tok)
             if j + 1 < M:  # feed the token back through the cached LM
@@ -109,7 +113,7 @@ class ARVLA(VLAPolicy):
                          {"bins": bins_t, "decode_log_prob": decoded}, parts)
 
     def _greedy(self, logp: torch.Tensor) -> torch.Tensor:
-        """The deterministic token of log-probs [B, nb]: int64 [B]."""
+        """The deterministic token of log-probs [B, nb] (temperature 1): int64 [B]."""
         if self.config.greedy == "argmax":
             return logp.argmax(-1)
         bins = torch.arange(logp.shape[-1], device=logp.device, dtype=logp.dtype)
