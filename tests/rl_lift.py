@@ -48,13 +48,12 @@ def few_shot_sft(build_once, family: str) -> Path:
     return build_once(f"sft_{family}", build) / "final"  # train_sft's final checkpoint
 
 
-def rl_lift(config: str, sft: Path, run_dir: Path, steps: int, overrides: tuple[str, ...] = ()
-            ) -> tuple[float, list[float], float]:
+def rl_lift(config: str, sft: Path, run_dir: Path, steps: int) -> tuple[float, list[float], float]:
     """RL from `sft` with configs/`config`: (success before, eval curve, mean of the last three)."""
     cfg = load_config(CONFIGS / config, [
         f"policy.init_from={sft}", f"train.run_dir={run_dir}", f"train.total_steps={steps}", "train.seed=0",
         "train.eval_every=5", "train.eval_episodes=100", "train.video_episodes=0", "train.save_every=0",
-        "train.progress=false", *overrides])
+        "train.progress=false"])
     summary = train(cfg)
     curve = [rate for _, rate in summary["eval_curve"]]
     late = sum(curve[-3:]) / 3

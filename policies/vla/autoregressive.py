@@ -92,11 +92,10 @@ class ARVLA(VLAPolicy):
         one = torch.ones(B, 1, dtype=torch.bool, device=mask.device)
         bins, decoded = [], torch.zeros(B, device=embeds.device)
         for j in range(M):
-            logp = torch.log_softmax(self.action_logits(h), dim=-1)  # [B, nb]
-            if deterministic:  # independent of the sampling temperature
-                tok = self._greedy(torch.log_softmax(self.action_logits(h, temperature=1.0), dim=-1))
-            else:
-                tok = torch.multinomial(logp.exp(), 1).squeeze(-1)
+            logits = self.action_logits(h, temperature=1.0)  # [B, nb]
+            logp = torch.log_softmax(logits / self.config.temperature, dim=-1)
+            # the deterministic token does not depend on the sampling temperature
+            tok = self._greedy(logits) if deterministic else torch.multinomial(logp.exp(), 1).squeeze(-1)
             decoded += logp.gather(-1, tok[:, None]).squeeze(-1)
             bins.append(tok)
             if j + 1 < M:  # feed the token back through the cached LM
@@ -112,12 +111,12 @@ class ARVLA(VLAPolicy):
         return ActOutput(self.executed(self.from_bins(bins_t)), parts.sum((1, 2)), value,
                          {"bins": bins_t, "decode_log_prob": decoded}, parts)
 
-    def _greedy(self, logp: torch.Tensor) -> torch.Tensor:
-        """The deterministic token of log-probs [B, nb] (temperature 1): int64 [B]."""
+    def _greedy(self, logits: torch.Tensor) -> torch.Tensor:
+        """The deterministic token of logits [B, nb] at temperature 1: int64 [B]."""
         if self.config.greedy == "argmax":
-            return logp.argmax(-1)
-        bins = torch.arange(logp.shape[-1], device=logp.device, dtype=logp.dtype)
-        return (logp.exp() @ bins).round().long()  # the bin nearest the mean
+            return logits.argmax(-1)
+        bins = torch.arange(logits.shape[-1], device=logits.device, dtype=logits.dtype)
+        return (torch.softmax(logits, dim=-1) @ bins).round().long()  # the bin nearest the mean
 
     def _parts(self, logp: torch.Tensor, bins: torch.Tensor) -> torch.Tensor:
         """Per-token log-probs of the executed actions: logp [B, M, nb], bins [B, M] -> [B, n, A]."""
