@@ -75,12 +75,14 @@ class PolicyGradientLearner:
 
     def optimize(self, traj: Trajectory, advantages: torch.Tensor, returns: torch.Tensor | None,
                  step_mask: torch.Tensor | None = None, train_actor: bool = True,
-                 step_weights: torch.Tensor | None = None) -> dict[str, float]:
+                 step_weights: torch.Tensor | None = None, normalize: bool | None = None) -> dict[str, float]:
         """Update epochs on advantages [T, B], or [T, B, n] per executed action (returns of the
         same shape train the critic; None: no critic loss); step_mask bool [T, B] drops steps
         (GRPO: after the episode, filtered groups); step_weights float [T, B] weigh the steps in
-        the policy loss (default: equal)."""
+        the policy loss (default: equal); normalize: per-minibatch advantage normalisation
+        (default: cfg.normalize_advantages)."""
         cfg, policy = self.cfg, self.policy
+        normalize = cfg.normalize_advantages if normalize is None else normalize
         obs = {k: flatten_time(v) for k, v in traj.obs.items()}
         replay = {k: flatten_time(v) for k, v in traj.replay.items()}
         instructions = [s for step in traj.instructions for s in step]
@@ -122,7 +124,7 @@ class PolicyGradientLearner:
                 ev = policy.evaluate(minibatch(idx), {k: v[idx] for k, v in replay.items()})
                 adv = adv_all[idx]  # [M] or [M, n]
                 v_mask = None if adv.dim() == 1 else valid[idx, :adv.shape[1]]
-                if cfg.normalize_advantages and len(idx) > 1:
+                if normalize and len(idx) > 1:
                     a = adv if v_mask is None else adv[v_mask]
                     adv = (adv - a.mean()) / (a.std() + 1e-8)
                 new_lp, mask = at_level(ev.log_prob, ev.log_prob_parts, valid[idx], cfg.logprob_level)
@@ -221,7 +223,11 @@ class GRPOLearner(PolicyGradientLearner):
 
     Each episode weighs the same in the loss (its steps get weight 1 / its length, GRPO's
     per-sequence mean): with equal step weights, long failed episodes (time-outs) would
-    outweigh short successful ones and push down the likelihood of ordinary actions."""
+    outweigh short successful ones and push down the likelihood of ordinary actions. For the
+    same reason the advantages are not normalised again per minibatch (ppo.normalize_advantages
+    does not apply): a mean over steps is dominated by the long failed episodes, and
+    subtracting it would give each group a positive episode-weighted sum, raising the
+    likelihood of every sampled action and collapsing the exploration noise."""
 
     def __init__(self, policy: Any, cfg: PPOConfig, grpo: GRPOConfig):
         super().__init__(policy, cfg)
@@ -243,7 +249,7 @@ class GRPOLearner(PolicyGradientLearner):
                  "group_success": float(success.float().mean()), "episode_return": float(ret.mean())}
         if step_mask.any():
             stats.update(self.optimize(traj, adv[None, :].expand_as(mask), None, step_mask,
-                                       step_weights=weights))
+                                       step_weights=weights, normalize=False))
         else:
             self.iteration += 1
         return stats

@@ -216,6 +216,25 @@ def test_grpo_groups_share_initial_states_and_mask_their_episodes():
     assert stats["kept_groups"] == 2.0 and stats["minibatch_updates"] == 1.0
 
 
+def test_grpo_loss_weighs_episodes_equally_without_renormalising():
+    """At ratio 1 the GRPO policy loss is minus the mean advantage over kept episodes, which
+    group normalisation makes 0, however long each episode is. A per-minibatch normalisation
+    over steps (PPO's) would shift the advantages by a mean dominated by the long episodes."""
+    policy = _flow("flow_noise")
+    env = make_env("PushCube", 6, obs_mode="rgb", image_size=32)
+    traj = GroupCollector(env, policy, group_size=3, seed=5).collect()
+    env.close()
+    traj.episode_mask[2:, 0] = False  # env 0's episode ends after 2 steps; the others run on
+    traj.episode_mask[5:, 4] = False
+    steps = traj.episode_mask.sum(0)
+    assert len(set(steps.tolist())) > 1
+    cfg = GRPOConfig(reward="return", filter_groups=False)
+    ret = (traj.chunk_rewards * traj.episode_mask).sum(0)
+    assert ret.std() > 0  # advantages that are not all zero
+    stats = GRPOLearner(policy, PPOConfig(epochs=1, minibatches=1, normalize_advantages=True), cfg).update(traj)
+    assert abs(stats["policy_loss"]) < 1e-6 and abs(stats["ratio"] - 1.0) < 1e-5
+
+
 def test_bad_rl_input_gives_one_line_errors(tmp_path):
     with pytest.raises(ConfigError, match="grpo.group_size: env.num_envs=30 must be a multiple of group_size=8"):
         load_config(None, ["train.algorithm=grpo", "env.num_envs=30"])
