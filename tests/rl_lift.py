@@ -1,4 +1,4 @@
-"""Shared pieces of the RL learning tests (tests/test_vla_rl_learning.py).
+"""Shared pieces of the RL learning tests (tests/test_vla_rl_learning*.py).
 
 The recipes of configs/ on seed 0 of benchmarks/bench_vla_recipes.py: 200 expert demos of
 PushCube (front and wrist cameras, 64 px, DART noise 0.3), a few-shot SFT of a tiny VLA
