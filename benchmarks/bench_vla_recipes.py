@@ -136,9 +136,10 @@ def summarize(per_recipe: dict[str, list[dict]], meta: dict, out: Path) -> None:
 
 
 def merge(dirs: list[str], out: Path) -> None:
-    """One table and one figure from the results.json of several runs of this script; a recipe
-    found in several folders takes its runs from the last of them."""
-    per_recipe, metas = {}, []
+    """One table and one figure from the results.json of several runs of this script; a run of
+    a recipe and seed found in several folders is taken from the last of them."""
+    per_recipe: dict[str, dict[int, dict]] = {}
+    metas = []
     for d in dirs:
         path = Path(d) / "results.json"
         if not path.is_file():
@@ -146,8 +147,9 @@ def merge(dirs: list[str], out: Path) -> None:
         data = json.loads(path.read_text())
         metas.append(data["meta"])
         for name, row in data["recipes"].items():
-            per_recipe[name] = row["runs"]
-    summarize(per_recipe, {"merged_from": metas}, out)
+            per_recipe.setdefault(name, {}).update({r["seed"]: r for r in row["runs"]})
+    summarize({name: [runs[k] for k in sorted(runs)] for name, runs in per_recipe.items()},
+              {"merged_from": metas}, out)
 
 
 def main() -> None:
