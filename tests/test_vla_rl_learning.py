@@ -5,7 +5,7 @@ steps from the few-shot flow SFT of tests/rl_lift.py; asserts that the mean of t
 evaluations is at least 20 points above the SFT policy.
 
 Measured on 2 CPU cores (2026-11-22), at 100k env steps (the recipe's budget): 0.20 -> last
-three +0.26, +0.30, +0.28; 0.16 -> +0.23 (clean-clone runs of the suite; the SFT start differs
+three +0.26, +0.34, +0.28; 0.16 -> +0.23 (clean-clone runs of the suite; the SFT start differs
 between runs); then one run from 0.17 ended at 0.45, 0.23, 0.41 (+0.17) and failed. The same
 start continued to 150k: 0.53, 0.48, 0.59 (+0.36), so the test runs 150k. 10-11 minutes,
 plus 2 for the shared SFT.

@@ -8,7 +8,7 @@ SFT policy.
 
 Measured on 2 CPU cores (2026-11-22): a run of this test went 0.12 -> 0.50, 0.49, 0.53
 (+0.39); runs of the recipe from other SFT starts +0.24 (0.19, train seed 1) and +0.29
-(0.26, seed 2); docs/rl.md. 8-10 minutes with the shared SFT.
+(0.26, seed 2); docs/rl.md. 10-12 minutes with the shared SFT.
 """
 
 from __future__ import annotations
