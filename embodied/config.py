@@ -54,7 +54,7 @@ class PolicyConfig:
     noise_std_max: float | None = None
     sde_noise_level: float | None = None  # flow_sde: a in g_t = a sqrt(t / (1 - t))
     temperature: float | None = None  # ar: sampling temperature (log-probs are taken under it)
-    greedy: Literal["argmax", "mean"] | None = None  # ar: how the deterministic (evaluation) act picks bins
+    greedy: Literal["argmax", "mean", "vertex"] | None = None  # ar: how the deterministic (evaluation) act picks bins
     critic_obs: Literal["prefix", "privileged"] | None = None  # a fresh VLA value head on this input
     freeze: Literal["none", "vision", "vlm"] = "none"  # VLAs: weights RL leaves alone (vlm: flow only)
 

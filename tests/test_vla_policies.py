@@ -10,7 +10,7 @@ from safetensors.torch import load_file, save_file
 
 from policies.base import Policy, PolicyLoadError
 from policies.tokenizer import InstructionTokenizer
-from policies.vla.autoregressive import ARVLA
+from policies.vla.autoregressive import ARVLA, vertex_bin
 from policies.vla.config import ARVLAConfig, FlowVLAConfig, make_config
 from policies.vla.flow import FlowVLA
 
@@ -149,6 +149,22 @@ def test_ar_greedy_argmax_or_mean():
     assert torch.equal(out.replay["bins"][:, 0], p._greedy(logp[:, 0]))
     with pytest.raises(ValueError, match="greedy"):
         ARVLAConfig(greedy="mode")
+
+
+def test_ar_greedy_vertex_finds_the_peak_of_a_bump_cut_by_the_range():
+    """greedy="vertex": the centre of a Gaussian bump over the bins, also where the range cuts
+    the bump (a demonstrated action at +-1), where the mean is pulled inwards by ~0.8 sigma."""
+    j = torch.arange(256, dtype=torch.float64)
+    bump = lambda c, s: -0.5 * ((j - c) / s) ** 2  # noqa: E731  logits of a Gaussian bump
+    logits = torch.stack([bump(100.3, 32), bump(255, 32), bump(0, 20), bump(250, 32) + 0.3 * torch.randn(256)])
+    p = ARVLA(ARVLAConfig(greedy="vertex"))
+    got = p._greedy(logits.float())
+    assert got[:3].tolist() == [100, 255, 0] and abs(got[3].item() - 250) <= 3
+    p.config.greedy = "mean"
+    assert p._greedy(logits.float())[1].item() < 232  # the mean: 255 - 0.8 * 32
+    one = torch.full((2, 256), -torch.inf)
+    one[0, 7], one[1, 7:9] = 0.0, 0.0  # no peak to fit: one bin, two equal bins -> the mean
+    assert vertex_bin(one).tolist() == [7, 8]
 
 
 def test_ar_bins_round_trip():

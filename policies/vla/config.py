@@ -100,16 +100,18 @@ class ARVLAConfig(VLAConfig):
     # around the demonstrated bin (HL-Gauss, Farebrother et al. 2024), so near misses cost less
     label_sigma: float = 0.0
     state_token: bool = True  # the proprioceptive state as one prefix token (False: images + text only)
-    # deterministic act: each token is the most likely bin ("argmax", OpenVLA) or the bin nearest
-    # the distribution's mean ("mean"; steadier when wide label_sigma targets flatten the peak)
+    # deterministic act: each token is the most likely bin ("argmax", OpenVLA), the bin nearest
+    # the distribution's mean ("mean"; steadier when wide label_sigma targets flatten the peak) or
+    # the peak of a parabola fitted to the log-probs ("vertex"; steady, and not pulled inwards at
+    # the ends of the range as the mean is)
     greedy: str = "argmax"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.label_sigma < 0:
             raise ValueError(f"label_sigma: {self.label_sigma} must be >= 0 (0: one-hot targets)")
-        if self.greedy not in ("argmax", "mean"):
-            raise ValueError(f"greedy: {self.greedy!r} is not one of 'argmax', 'mean'")
+        if self.greedy not in ("argmax", "mean", "vertex"):
+            raise ValueError(f"greedy: {self.greedy!r} is not one of 'argmax', 'mean', 'vertex'")
 
 
 PRESETS: dict[str, dict[str, Any]] = {
