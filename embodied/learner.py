@@ -4,10 +4,13 @@ PPOLearner takes GAE advantages from a critic; GRPOLearner takes group-relative 
 advantages and no critic. Both share `PolicyGradientLearner.optimize`, which computes the
 ratio at the configured granularity (ppo.logprob_level):
     chunk   one ratio per policy step, from log_prob [N]
-    action  one ratio per executed action, from log_prob_parts summed over A  [N, n]
-    token   one ratio per action element (an AR token), log_prob_parts        [N, n * A]
-The step's advantage is shared by all its parts; parts of substeps that were not executed
-(the episode ended inside the chunk) are masked out.
+    action  one ratio per scored chunk position, log_prob_parts summed over A  [N, P]
+    token   one ratio per action element (an AR token), log_prob_parts        [N, P * A]
+P is n, the executed actions, for policies whose executed actions have a density of their
+own (Gaussian, AR: its later tokens cannot change earlier ones), and K, the whole chunk, for
+the flow VLA, whose chain is scored whole (docs/rl.md). The step's advantage is shared by all
+its parts; parts of substeps that were not executed because the episode ended inside the
+chunk are masked out.
 
 With ppo.reward_level=action, PPO's GAE runs over executed actions (a per-action critic,
 advantages [N, n]): an action ratio takes its own action's advantage, a token ratio its
@@ -37,28 +40,46 @@ def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:
     return float("nan") if var == 0 else float(1.0 - (target - pred).var() / var)
 
 
-def advantages_at_level(adv: torch.Tensor, log_probs: torch.Tensor, level: str) -> torch.Tensor:
-    """Advantages [N] (per chunk) or [N, n] (per action) -> the shape of log_probs [N, P]."""
-    if adv.dim() == 1:
-        return adv[:, None].expand_as(log_probs)
+def position_mask(valid: torch.Tensor, positions: int) -> torch.Tensor:
+    """valid bool [N, n] (executed substeps) -> [N, P] for P scored chunk positions. A policy that
+    scores its whole sampled chunk (the flow VLA) has P = K > n parts; a non-executed position
+    was sampled with its step, so it counts wherever the step does (valid[:, 0])."""
+    n = valid.shape[1]
+    if positions <= n:
+        return valid[:, :positions]
+    return torch.cat([valid, valid[:, :1].expand(-1, positions - n)], dim=1)
+
+
+def advantages_at_level(adv: torch.Tensor, positions: int, width: int, level: str) -> torch.Tensor:
+    """Advantages [N] (per chunk) or [N, n] (per executed action) -> the shape of at_level's
+    log-probs: [N, 1] (chunk), [N, P] (action) or [N, P * width] (token). A position past the
+    n executed ones takes the chunk's advantage, its first action's (its noise reaches every
+    executed action through the expert's attention)."""
     if level == "chunk":
-        return adv[:, :1]
+        return adv[:, None] if adv.dim() == 1 else adv[:, :1]
+    if adv.dim() == 1:
+        per_pos = adv[:, None].expand(-1, positions)
+    elif positions <= adv.shape[1]:
+        per_pos = adv[:, :positions]
+    else:
+        per_pos = torch.cat([adv, adv[:, :1].expand(-1, positions - adv.shape[1])], dim=1)
     if level == "action":
-        return adv
-    return adv[:, :, None].expand(-1, -1, log_probs.shape[1] // adv.shape[1]).flatten(1)
+        return per_pos
+    return per_pos[:, :, None].expand(-1, -1, width).flatten(1)
 
 
 def at_level(log_prob: torch.Tensor, parts: torch.Tensor | None, valid: torch.Tensor,
              level: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """log_prob [N], parts [N, n, A] or None, valid bool [N, n] -> (log-probs [N, P], mask [N, P])."""
+    """log_prob [N], parts [N, P, A] or None, valid bool [N, n] -> (log-probs [N, L], mask [N, L])
+    with L = 1 (chunk), P (action) or P * A (token)."""
     if level == "chunk":
         return log_prob[:, None], torch.ones_like(log_prob[:, None], dtype=torch.bool)
     if parts is None:
         raise ValueError(f"ppo.logprob_level={level} needs a policy that returns log_prob_parts")
-    n = parts.shape[1]
+    mask = position_mask(valid, parts.shape[1])  # [N, P]
     if level == "action":
-        return parts.sum(-1), valid[:, :n]
-    return parts.flatten(1), valid[:, :n, None].expand(parts.shape).flatten(1)
+        return parts.sum(-1), mask
+    return parts.flatten(1), mask[:, :, None].expand(parts.shape).flatten(1)
 
 
 class PolicyGradientLearner:
@@ -132,7 +153,8 @@ class PolicyGradientLearner:
                                   valid[idx], cfg.logprob_level)
                 if w_all is not None:  # a weighted mean: mask entries carry their step's weight
                     mask = mask * w_all[idx, None]
-                pg_loss, st = ppo_policy_loss(new_lp, old, advantages_at_level(adv, new_lp, cfg.logprob_level),
+                P, width = (1, 1) if ev.log_prob_parts is None else ev.log_prob_parts.shape[1:]
+                pg_loss, st = ppo_policy_loss(new_lp, old, advantages_at_level(adv, P, width, cfg.logprob_level),
                                               cfg.clip_low, cfg.clip_high, cfg.dual_clip, mask)
                 loss = (pg_loss - cfg.entropy_coef * ev.entropy.mean()) if train_actor else torch.zeros(())
                 v_loss = torch.zeros(())

@@ -26,8 +26,9 @@ class Trajectory:
                 terminated, else 0.
     last_value: float32 [B] V(obs_T).
     replay:     dict of [T, B, ...] tensors from Policy.act, for evaluate().
-    log_prob_parts: float32 [T, B, n, A] log_probs split per executed action element
-                (Policy.act's log_prob_parts), or None.
+    log_prob_parts: float32 [T, B, P, A] log_probs split per chunk element (Policy.act's
+                log_prob_parts: P = n executed actions, or P = K for a policy that scores
+                its whole sampled chunk), or None.
     group_ids:  int64 [B] GRPO group of each env, or None.
     episode_mask: bool [T, B] step t belongs to env b's collected episode (GRPO collects
                 one episode per env; later steps are padding), or None.

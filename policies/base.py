@@ -34,8 +34,10 @@ class ActOutput:
     # action of the chunk, for ppo.reward_level=action); None without a critic
     value: torch.Tensor | None
     replay: dict[str, torch.Tensor]  # [B, ...] tensors that evaluate() needs
-    # float32 [B, K, A]: log_prob split per executed action element (its sum is log_prob), for
-    # PPO at action or token level; None when a policy only has the chunk's log_prob.
+    # float32 [B, P, A]: log_prob split per chunk element (its sum is log_prob), for PPO at
+    # action or token level; P = n, the executed actions, when they have a density of their own,
+    # or P = K when the policy scores its whole sampled chunk (the flow VLA); executed positions
+    # come first. None when a policy only has the chunk's log_prob.
     log_prob_parts: torch.Tensor | None = None
 
 
@@ -44,7 +46,7 @@ class Evaluation:
     log_prob: torch.Tensor  # float32 [B]
     entropy: torch.Tensor  # float32 [B]
     value: torch.Tensor | None  # float32 [B] or [B, n], as in ActOutput
-    log_prob_parts: torch.Tensor | None = None  # float32 [B, K, A], as in ActOutput
+    log_prob_parts: torch.Tensor | None = None  # float32 [B, P, A], as in ActOutput
 
 
 class Policy(nn.Module, abc.ABC):

@@ -12,8 +12,9 @@ act(deterministic=True) integrates the ODE from zero noise (the prior's mean). O
 starts from N(0, I) and `config.noise_method` picks the exploration: "ode" (no stochastic
 step, log_prob 0), "flow_noise" or "flow_sde" (policies/vla/exploration.py). The replay
 record holds the whole chain [B, N + 1, K, A_pad] and which steps were stochastic;
-`evaluate` recomputes the Gaussian log-density of those transitions under the current
-weights with one batched expert forward over the stored chain.
+`evaluate` recomputes the Gaussian log-density of those transitions, over the whole chunk
+(executed or not), under the current weights with one batched expert forward over the stored
+chain. Sampling and scoring read their times from one grid (`time_grid`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ from policies.vla.config import FlowVLAConfig
 from policies.vla.expert import ActionExpert
 from policies.vla.exploration import NoiseHead, gaussian_entropy, gaussian_log_density, sde_step
 from policies.vla.prefix import Prefix, masked_mean
+
+
+def sum_parts(parts: torch.Tensor) -> torch.Tensor:
+    """Per-element log-densities [B, K, A] -> their sum [B], accumulated in float64 so that the
+    same parts give the same sum to well below 1e-6 whatever the batch."""
+    return parts.double().sum((1, 2)).float()
 
 
 class FlowVLA(VLAPolicy):
@@ -109,6 +116,13 @@ class FlowVLA(VLAPolicy):
         std = torch.cat([std[..., :A], torch.zeros_like(std[..., A:])], dim=-1)
         return mean, std, ode
 
+    @staticmethod
+    def time_grid(steps: int, device: Any = None) -> torch.Tensor:
+        """The denoising times float32 [steps]: t_i = 1 - i / steps, i = 0 .. steps - 1 (t_0 = 1 is
+        pure noise). Sampling and scoring both index this one grid, so the time embedding sees
+        bit-identical t in act and in evaluate."""
+        return (1.0 - torch.arange(steps, dtype=torch.float64) / steps).float().to(device)
+
     @torch.no_grad()
     def sample(self, prefix: Prefix, state: torch.Tensor, noise: torch.Tensor, steps: int,
                method: str = "ode") -> tuple[torch.Tensor, torch.Tensor]:
@@ -120,9 +134,10 @@ class FlowVLA(VLAPolicy):
             stochastic = F.one_hot(torch.randint(steps, (B,), device=noise.device), steps).bool()
         else:
             stochastic = torch.full((B, steps), method == "flow_noise", device=noise.device)
+        times = self.time_grid(steps, noise.device)
         x, chain = noise, [noise]
         for i in range(steps):
-            t = torch.full((B, 1), 1.0 - i / steps, device=noise.device)
+            t = times[i].expand(B, 1)
             mean, std, ode = (z[:, 0] for z in self.transitions(prefix, state, x[:, None], t, method, steps))
             noisy = mean + std * torch.randn_like(mean)
             x = torch.where(stochastic[:, i, None, None], noisy, ode)
@@ -134,13 +149,20 @@ class FlowVLA(VLAPolicy):
         """Log-density of the stored chain's stochastic transitions under the current weights.
 
         chain [B, N + 1, K, A_pad], stochastic bool [B, N] -> (log-prob, entropy), each
-        float32 [B, K, A]: per action element, summed over the stochastic steps. Flow-Noise
-        evaluates all N steps in one batched expert forward; Flow-SDE only the chosen step.
+        float32 [B, K, A]: per element of the WHOLE chunk (executed or not), summed over the
+        stochastic steps. Given x_t every element of the next point is an independent Gaussian,
+        so the chain's density is the product of these factors over steps, positions and
+        elements. Flow-Noise evaluates all N steps in one batched expert forward; Flow-SDE only
+        its one stochastic step (more than one is an error: it would be scored as one).
         """
         method, A = self.config.noise_method, self.config.action_dim
         B, N = stochastic.shape
-        times = 1.0 - torch.arange(N, device=chain.device, dtype=torch.float32) / N  # [N]
+        times = self.time_grid(N, chain.device)  # [N]
         if method == "flow_sde":
+            count = stochastic.sum(1)
+            if (count > 1).any():
+                raise ValueError(f"flow_sde replay: {int(count.max())} stochastic steps in one chain; "
+                                 "Flow-SDE samples and scores exactly one per chunk")
             j = stochastic.float().argmax(1)  # [B] the one stochastic step
             rows = torch.arange(B, device=chain.device)
             x_in, x_out = chain[rows, j][:, None], chain[rows, j + 1][:, None]  # [B, 1, K, A_pad]
@@ -160,9 +182,14 @@ class FlowVLA(VLAPolicy):
         """Chunk float32 [B, n, A] in [-1, 1] (n = execute_steps or K).
 
         deterministic: the ODE from zero noise (the prior's mean). Otherwise noise ~ N(0, I)
-        and config.noise_method's stochastic steps. log_prob [B] sums log_prob_parts [B, n, A],
-        the log-density of the stochastic transitions of the executed actions' elements
-        (0 for "ode"). replay {"chain": [B, N+1, K, A_pad], "stochastic": bool [B, N]}.
+        and config.noise_method's stochastic steps. log_prob [B] is the log-density of the
+        whole sampled chain (all K chunk positions, every stochastic step; 0 for "ode"), and
+        log_prob_parts [B, K, A] splits it per chunk element, executed positions first: the
+        expert attends across the chunk, so the executed positions' means depend on the others,
+        and only the whole chain has a density that the score function can use (docs/rl.md).
+        The executed actions are the chain's end, unnormalised and clamped to [-1, 1]: the clamp
+        belongs to the environment, the density is that of the unclamped chain.
+        replay {"chain": [B, N+1, K, A_pad], "stochastic": bool [B, N]}.
         """
         N = num_steps or self.config.num_steps
         prefix, state = self.encode(obs)
@@ -173,28 +200,28 @@ class FlowVLA(VLAPolicy):
         chain, stochastic = self.sample(prefix, state, noise, N, method)
         actions = self.action_stats.unnormalize(chain[:, -1, :, :self.config.action_dim]).clamp(-1.0, 1.0)
         value = self.value_from(masked_mean(prefix.hidden, prefix.mask), obs)
-        n = self.executed(actions).shape[1]
         if stochastic.any():
-            parts = self.chain_log_prob(prefix, state, chain, stochastic)[0][:, :n]
+            parts = self.chain_log_prob(prefix, state, chain, stochastic)[0]
         else:
-            parts = torch.zeros(B, n, self.config.action_dim, device=self.device)
+            parts = torch.zeros(B, K, self.config.action_dim, device=self.device)
         replay = {"chain": chain, "stochastic": stochastic}
-        return ActOutput(self.executed(actions), parts.sum((1, 2)), value, replay, parts)
+        return ActOutput(self.executed(actions), sum_parts(parts), value, replay, parts)
 
     def evaluate(self, obs: dict[str, Any], replay: dict[str, torch.Tensor]) -> Evaluation:
-        """Recompute log_prob [B] (and parts [B, n, A]), entropy [B] and value [B] for a replay
-        record of act; one prefix forward plus one batched expert forward."""
+        """Recompute log_prob [B] (and parts [B, K, A]), entropy [B] and value [B] for a replay
+        record of act; one prefix forward plus one batched expert forward. The entropy is that
+        of the stochastic transitions' Gaussians over the whole chunk (Flow-Noise: the noise
+        head's stds; Flow-SDE: fixed by the schedule, so it has no gradient)."""
         prefix, state = self.encode(obs)
         chain, stochastic = replay["chain"].to(self.device), replay["stochastic"].to(self.device)
-        n = self.executed(chain[:, -1]).shape[1]
         if stochastic.any():
-            logp, ent = self.chain_log_prob(prefix, state, chain, stochastic)
-            parts, entropy = logp[:, :n], ent[:, :n].sum((1, 2))
+            parts, ent = self.chain_log_prob(prefix, state, chain, stochastic)
+            entropy = ent.sum((1, 2))
         else:
-            parts = torch.zeros(chain.shape[0], n, self.config.action_dim, device=self.device)
+            parts = torch.zeros(chain.shape[0], chain.shape[2], self.config.action_dim, device=self.device)
             entropy = parts.sum((1, 2))
         value = self.value_from(masked_mean(prefix.hidden, prefix.mask), obs)
-        return Evaluation(parts.sum((1, 2)), entropy, value, parts)
+        return Evaluation(sum_parts(parts), entropy, value, parts)
 
     def get_value(self, obs: dict[str, Any]) -> torch.Tensor:
         if self.critic is None:
