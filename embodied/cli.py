@@ -1,4 +1,8 @@
-"""`embodied` command line: train, eval, collect, sft, pipeline, robot-sim, serve, list."""
+"""`embodied` command line: train, eval, collect, sft, pipeline, robot-sim, serve, list.
+
+Building the parser, `--help` and `embodied list` import nothing heavy (no torch, MuJoCo,
+transformers, ROS/DDS: tests/test_cli_startup.py); each handler imports what it needs.
+"""
 
 from __future__ import annotations
 
@@ -73,6 +77,18 @@ def cmd_collect(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sft(args: argparse.Namespace) -> int:
+    from embodied.sft import cmd_sft as run
+
+    return run(args)
+
+
+def cmd_pipeline(args: argparse.Namespace) -> int:
+    from embodied.pipeline import cmd_pipeline as run
+
+    return run(args)
+
+
 def cmd_robot_sim(args: argparse.Namespace) -> int:
     from robot_bridge.sim_node import run
 
@@ -86,12 +102,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from sims.registry import list_tasks
-
-    from sims.maniskill.tasks import names as maniskill_names  # imports no ManiSkill
+    from sims.registry import MANISKILL_TASK_NAMES, list_tasks  # names only: no MuJoCo, no torch
 
     print("tasks:   " + ", ".join(list_tasks()))
-    print("maniskill tasks (the maniskill extra, docs/maniskill.md): " + ", ".join(maniskill_names()))
+    print("maniskill tasks (the maniskill extra, docs/maniskill.md): " + ", ".join(MANISKILL_TASK_NAMES))
     print("configs: " + ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))))
     return 0
 
@@ -131,15 +145,31 @@ def parser() -> argparse.ArgumentParser:
     sv = sub.add_parser("serve", help="serve a checkpoint as a ROS 2 policy node")
     serve_arguments(sv)
     sv.set_defaults(fn=cmd_serve)
-    from embodied.sft import register as register_sft
-
-    register_sft(sub)
-    from embodied.pipeline import register as register_pipeline
-
-    register_pipeline(sub)
+    # sft and pipeline: their modules import torch, so their parsers live here.
+    sf = sub.add_parser("sft", help="supervised fine-tuning of a VLA on a LeRobot dataset")
+    sf.add_argument("config", help="SFT YAML config (fields of embodied.sft.SFTConfig)")
+    sf.add_argument("overrides", nargs="*", help="key=value overrides, e.g. steps=500")
+    sf.set_defaults(fn=cmd_sft)
+    pl = sub.add_parser("pipeline", help="collect demos, SFT a VLA, finetune it with RL, evaluate")
+    pl.add_argument("config", help="pipeline YAML (path or name in configs/), e.g. demo")
+    pl.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. rl.train.total_steps=20000")
+    pl.set_defaults(fn=cmd_pipeline)
     ls = sub.add_parser("list", help="list tasks and configs")
     ls.set_defaults(fn=cmd_list)
     return p
+
+
+# Errors a handler reports as "embodied CMD: error: ..." with exit status 2 (module, class).
+USER_ERRORS = (("embodied.config", "ConfigError"), ("sims.vecenv", "EnvError"),
+               ("policies.base", "PolicyLoadError"), ("embodied.checkpoint", "CheckpointError"),
+               ("embodied.dataset", "DatasetError"))
+
+
+def _user_errors() -> tuple[type, ...]:
+    """The USER_ERRORS classes of the modules imported so far: a handler can only have raised
+    one of those, and importing the others (torch, pyarrow, ...) would slow every command."""
+    found = (getattr(sys.modules.get(mod), cls, None) for mod, cls in USER_ERRORS)
+    return tuple(c for c in found if c is not None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,15 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "config", None) and "=" in args.config:  # `train --resume X key=value`
         args.overrides.insert(0, args.config)
         args.config = None
-    from embodied.checkpoint import CheckpointError
-    from embodied.config import ConfigError
-    from embodied.dataset import DatasetError
-    from policies.base import PolicyLoadError
-    from sims.vecenv import EnvError
-
     try:
         return args.fn(args)
-    except (ConfigError, EnvError, PolicyLoadError, CheckpointError, DatasetError) as e:
+    except Exception as e:
+        if not isinstance(e, _user_errors()):
+            raise
         print(f"embodied {args.command}: error: {e}", file=sys.stderr)
         return 2
 

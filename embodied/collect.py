@@ -5,6 +5,10 @@ Gaussian noise N(0, noise^2) per dimension, clipped to the action bounds [-1, 1]
 dataset records the clean expert action (computed from the state the noise led to) as the
 label. The demonstrations then cover small deviations from the expert's path and show how
 to recover from them. Rewards and success are those of the executed (noisy) actions.
+
+`expert_speed` < 1 scales the expert's motion (not its gripper command): a slower,
+suboptimal demonstrator whose imitation runs out of time on far goals, the setting in which
+RL has to improve on the demonstrations rather than on their imitation.
 """
 
 from __future__ import annotations
@@ -42,7 +46,8 @@ def _check(episodes: int, obs_mode: str, cameras: Sequence[str] | None, noise: f
 
 def collect_demos(task: str, episodes: int, out: str | Path, seed: int = 0, obs_mode: str = "state",
                   image_size: int = 64, num_envs: int = 0, only_success: bool = True,
-                  cameras: Sequence[str] | None = None, noise: float = 0.0) -> dict[str, Any]:
+                  cameras: Sequence[str] | None = None, noise: float = 0.0,
+                  expert_speed: float = 1.0) -> dict[str, Any]:
     """Run the task's expert until `episodes` episodes are written to `out`.
 
     Env k of batch j starts from seed + j * num_envs + k, so a dataset is
@@ -53,12 +58,15 @@ def collect_demos(task: str, episodes: int, out: str | Path, seed: int = 0, obs_
     with `seed`.
     """
     cams = _check(episodes, obs_mode, cameras, noise)
+    if not isinstance(expert_speed, (int, float)) or not 0.0 < expert_speed <= 1.0:
+        raise EnvError(f"expert_speed must be in (0, 1], got {expert_speed}")
     expert = expert_for(task)
     rng = np.random.default_rng(seed)
     B = num_envs or min(episodes, 32)
     env = make_env(task, B, obs_mode=obs_mode, image_size=(image_size, image_size), cameras=cams)
     spec = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(env.spec).items()}
     spec["expert_noise_std"] = float(noise)
+    spec["expert_speed"] = float(expert_speed)
     writer = EpisodeWriter(out, task, spec)
     written, attempted, next_seed = 0, 0, seed
     obs, _ = env.reset(seed=list(range(next_seed, next_seed + B)))
@@ -71,6 +79,8 @@ def collect_demos(task: str, episodes: int, out: str | Path, seed: int = 0, obs_
     buffers: list[list[dict[str, torch.Tensor]]] = [[] for _ in range(B)]
     while written < episodes:
         clean = expert(obs["privileged"].numpy()).astype(np.float32)  # [B, A], the label
+        if expert_speed != 1.0:  # a slower demonstrator: motion scaled, the gripper command kept
+            clean[:, :-1] *= expert_speed
         action = torch.from_numpy(clean)
         executed = action
         if noise > 0:

@@ -4,7 +4,7 @@ a video and a PNG of the success curve.
 
 A pipeline YAML has four sections:
     run_dir: runs/demo
-    collect: {task, episodes, seed, image_size, cameras, noise}   (embodied.collect)
+    collect: {task, episodes, seed, image_size, cameras, noise, expert_speed}   (embodied.collect)
     sft:     fields of embodied.sft.SFTConfig
     rl:      an ExperimentConfig (env / policy / ppo / grpo / train sections)
 The pipeline owns the paths that connect the stages: the dataset is written to
@@ -36,6 +36,7 @@ class CollectStage:
     image_size: int = 64
     cameras: list[str] = field(default_factory=lambda: ["front"])
     noise: float = 0.0  # DART noise on the executed expert actions
+    expert_speed: float = 1.0  # < 1: a slower, suboptimal demonstrator (its motion scaled)
 
 
 OWNED = {"sft": ("dataset", "run_dir"), "rl.policy": ("init_from",), "rl.train": ("run_dir",)}
@@ -113,7 +114,8 @@ def run_pipeline(run_dir: Path, collect: CollectStage, sft_cfg: Any, rl_cfg: Any
     if not (data / "meta" / "info.json").is_file():
         print(f"[1/3] collecting {collect.episodes} expert episodes of {collect.task} -> {data}", flush=True)
         collect_demos(collect.task, collect.episodes, data, seed=collect.seed, obs_mode="rgb",
-                      image_size=collect.image_size, cameras=collect.cameras, noise=collect.noise)
+                      image_size=collect.image_size, cameras=collect.cameras, noise=collect.noise,
+                      expert_speed=collect.expert_speed)
     else:
         print(f"[1/3] reusing the dataset in {data}", flush=True)
     print(f"[2/3] SFT of a {sft_cfg.preset} {sft_cfg.policy} for {sft_cfg.steps} steps", flush=True)
@@ -147,10 +149,3 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     print(f"tensorboard:   {' '.join(summary['tensorboard'])}")
     print(f"wall time:     {summary['wall_seconds'] / 60:.1f} min")
     return 0
-
-
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("pipeline", help="collect demos, SFT a VLA, finetune it with RL, evaluate")
-    p.add_argument("config", help="pipeline YAML (path or name in configs/), e.g. demo")
-    p.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. rl.train.total_steps=20000")
-    p.set_defaults(fn=cmd_pipeline)

@@ -247,11 +247,3 @@ def cmd_sft(args: argparse.Namespace) -> int:
         print(f"success rate: {summary['eval'][-1][1]:.2f}")
     print(f"tensorboard: {Path(cfg.run_dir) / 'tb'}")
     return 0
-
-
-def register(subparsers: Any) -> None:
-    """Add `sft CONFIG [overrides...]` to an argparse subparsers object."""
-    p = subparsers.add_parser("sft", help="supervised fine-tuning of a VLA on a LeRobot dataset")
-    p.add_argument("config", help="SFT YAML config (fields of embodied.sft.SFTConfig)")
-    p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. steps=500")
-    p.set_defaults(fn=cmd_sft)

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
-from sims.vecenv import EnvError, VecEnv
+    from sims.vecenv import VecEnv
+
+# The MuJoCo tasks' names, so that list_tasks() (`embodied list`) imports neither MuJoCo nor
+# torch; tests/test_cli_startup.py checks it against the classes of _tasks().
+TASK_NAMES = ("Reach", "ReachColor", "PushCube", "PickCube", "PlaceCube")
+# sims.maniskill.tasks.names() without importing it (it imports torch); checked the same way.
+MANISKILL_TASK_NAMES = ("ms:PickCube-v1", "ms:PushCube-v1", "ms:StackCube-v1", "ms:PullCube-v1",
+                        "ms:PegInsertionSide-v1")
 
 
 def _tasks() -> dict[str, type]:
@@ -21,10 +29,12 @@ def _tasks() -> dict[str, type]:
 
 def list_tasks() -> list[str]:
     """Names of the registered tasks."""
-    return sorted(_tasks())
+    return sorted(TASK_NAMES)
 
 
 def _task_cls(task: str) -> type:
+    from sims.vecenv import EnvError
+
     tasks = _tasks()
     if task not in tasks:
         raise EnvError(f"task: unknown task {task!r}; allowed: {', '.join(sorted(tasks))}")

@@ -14,6 +14,7 @@ import torch
 
 from embodied.collect import collect_demos
 from embodied.dataset import DatasetError, read_episodes, read_meta
+from sims.vecenv import EnvError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -220,3 +221,20 @@ def test_dataset_video_encoding_is_repeatable(tmp_path):
     frames = (np.clip(frames + rng.normal(0, 0.02, frames.shape), 0, 1) * 255).astype(np.uint8)
     encoded = {write_mp4(tmp_path / f"{i}.mp4", frames, crf=10).read_bytes() for i in range(40)}
     assert len(encoded) == 1
+
+
+def test_expert_speed_scales_the_demonstrated_motion(tmp_path):
+    """expert_speed < 1: a slower demonstrator; the recorded motion (not the gripper command) is
+    the expert's scaled, and the dataset says so."""
+    fast = next(read_episodes(collect_demos("Reach", 1, tmp_path / "fast", seed=5, num_envs=1)["out"]))
+    slow = next(read_episodes(collect_demos("Reach", 1, tmp_path / "slow", seed=5, num_envs=1,
+                                            expert_speed=0.5)["out"]))
+    # the first step starts from the same state: the label is half the expert's, the gripper the same
+    torch.testing.assert_close(slow["action"][0, :3], 0.5 * fast["action"][0, :3])
+    assert slow["action"][0, 3] == fast["action"][0, 3]
+    assert len(slow["action"]) > len(fast["action"])  # it takes longer to reach the goal
+    assert read_meta(tmp_path / "slow")["embodied"]["spec"]["expert_speed"] == 0.5
+    for bad in (0.0, 1.5, -1.0):
+        with pytest.raises(EnvError, match="expert_speed must be in"):
+            collect_demos("Reach", 1, tmp_path / "bad", expert_speed=bad)
+    assert not (tmp_path / "bad").exists()

@@ -11,7 +11,7 @@ import torch
 
 from embodied.config import ConfigError, GRPOConfig, PPOConfig, load_config
 from embodied.episodes import GroupCollector
-from embodied.learner import GRPOLearner, PPOLearner, at_level
+from embodied.learner import GRPOLearner, PPOLearner, advantages_at_level, at_level
 from embodied.rollout import RolloutCollector
 from policies.mlp import MLPActorCritic, MLPConfig
 from policies.vla.autoregressive import ARVLA
@@ -153,6 +153,25 @@ POLICIES = {
     "flow_sde_n3": lambda: _flow("flow_sde", execute_steps=2, num_steps=3),
     "ar": lambda: ARVLA(ARVLAConfig(temperature=1.6, vision=dict(TINY_VISION), chunk_size=2)),
 }
+
+
+def test_non_executed_chunk_positions_take_the_chunk_advantage_and_their_step_mask():
+    """The flow VLA scores K = 4 positions of which n = 2 were executed: positions 2-3 count
+    wherever their step does (its first substep was executed) and take the chunk's advantage,
+    the first executed action's."""
+    parts = torch.arange(24, dtype=torch.float32).view(3, 4, 2)  # [N, K, A]
+    valid = torch.tensor([[True, True], [True, False], [False, False]])  # [N, n]
+    lp, mask = at_level(parts.sum((1, 2)), parts, valid, "action")
+    torch.testing.assert_close(lp, parts.sum(-1))
+    assert mask.tolist() == [[True] * 4, [True, False, True, True], [False] * 4]
+    tok, tmask = at_level(parts.sum((1, 2)), parts, valid, "token")
+    assert tok.shape == (3, 8) and tmask.tolist()[1] == [True, True, False, False, True, True, True, True]
+    adv = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])  # per executed action
+    assert advantages_at_level(adv, 4, 2, "action").tolist() == [[1, 2, 1, 1], [3, 4, 3, 3], [5, 6, 5, 5]]
+    assert advantages_at_level(adv, 4, 2, "token").tolist()[0] == [1, 1, 2, 2, 1, 1, 1, 1]
+    assert advantages_at_level(adv, 4, 2, "chunk").tolist() == [[1], [3], [5]]
+    per_chunk = torch.tensor([7.0, 8.0, 9.0])
+    assert advantages_at_level(per_chunk, 4, 2, "action").tolist() == [[7] * 4, [8] * 4, [9] * 4]
 
 
 @pytest.fixture
