@@ -14,7 +14,7 @@ export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 
 MS_STAMP := $(VENV)/.maniskill
 
-.PHONY: setup maniskill demo test test-fast bench clean
+.PHONY: setup maniskill demo test test-fast bench bench-learning clean
 
 setup: $(STAMP)
 
@@ -54,6 +54,12 @@ bench: setup
 	$(PY) -m pip install -q -c constraints.txt -e ".[dev,ros,vla,bench]"
 	$(PY) benchmarks/bench_env.py
 	$(PY) benchmarks/bench_vs_rsl_rl.py
+
+# The PushCube RL recipes over 3 seeds (demos, few-shot SFT and RL per seed; hours on 2 CPU
+# cores): mean and 95% interval of each recipe's lift, and the curves' PNG
+# (docs/benchmarks.md). The suite's own small learning checks: benchmarks/bench_learning_tests.py.
+bench-learning: setup
+	$(PY) benchmarks/bench_vla_recipes.py --seeds 0,1,2 --demos 200 --out runs/bench_learning
 
 clean:
 	rm -rf $(VENV) $(MPLIB_VENV) runs .cache/lavapipe

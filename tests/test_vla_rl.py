@@ -320,7 +320,7 @@ def test_every_shipped_config_loads():
     for path in configs:
         if path.stem.startswith("sft_"):
             load_sft_config(path)
-        elif path.stem == "demo" or path.stem.startswith("pipeline_"):
+        elif path.stem == "demo" or path.stem.startswith(("pipeline_", "lift_")):
             run_dir, collect, sft, rl = load_pipeline(path)
             assert rl.policy.init_from == str(run_dir / "sft" / "final") and sft.dataset == str(run_dir / "data")
         else:

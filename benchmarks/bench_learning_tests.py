@@ -1,0 +1,71 @@
+"""The suite's small RL learning checks over several seeds: where their thresholds come from.
+
+Runs configs/<name>.yaml exactly as tests/test_rl_lift_*.py does (tests/rl_lift.py: demos,
+SFT and RL all seeded by the seed), for each seed, and prints the lifts with their worst,
+mean and best. A test's threshold sits below the worst of at least 5 seeds.
+
+    python benchmarks/bench_learning_tests.py lift_reach_flow_noise --seeds 0,1,2,3,4
+    python benchmarks/bench_learning_tests.py --merge runs/lift_a,runs/lift_b --out runs/lift
+
+Writes <out>/<name>.json (one entry per seed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from rl_lift import lift  # noqa: E402
+
+
+def report(name: str, runs: dict[str, dict]) -> None:
+    lifts = [r["lift"] for r in runs.values()]
+    print(f"{name}: {len(lifts)} seeds, lift worst {min(lifts):+.2f}, mean {statistics.mean(lifts):+.2f}, "
+          f"best {max(lifts):+.2f}; per seed " + ", ".join(f"{s}: {r['before']:.2f} -> {r['late']:.2f}"
+                                                         for s, r in sorted(runs.items(), key=lambda x: int(x[0]))))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("name", nargs="?", help="a configs/lift_*.yaml name, e.g. lift_reach_flow_noise")
+    ap.add_argument("--seeds", default="0,1,2,3,4")
+    ap.add_argument("--set", nargs="*", default=[], help="pipeline overrides, e.g. rl.train.total_steps=30000")
+    ap.add_argument("--out", default="runs/lift")
+    ap.add_argument("--merge", default="", help="comma-separated --out folders: combine their <name>.json")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.merge:
+        merged: dict[str, dict] = {}
+        for d in args.merge.split(","):
+            for f in Path(d).glob("lift_*.json"):
+                merged.setdefault(f.stem, {}).update(json.loads(f.read_text())["runs"])
+        for name, runs in merged.items():
+            (out / f"{name}.json").write_text(json.dumps({"runs": runs}, indent=1))
+            report(name, runs)
+        return
+    if not args.name or not (ROOT / "configs" / f"{args.name}.yaml").is_file():
+        sys.exit(f"name: give a configs/lift_*.yaml name, got {args.name!r}")
+    torch.set_num_threads(1)
+    runs = {}
+    for seed in map(int, args.seeds.split(",")):
+        t0 = time.time()
+        runs[str(seed)] = {**lift(args.name, seed, out / f"{args.name}_s{seed}", overrides=args.set),
+                           "minutes": round((time.time() - t0) / 60, 2)}
+        (out / f"{args.name}.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "set": args.set,
+                                                           "runs": runs}, indent=1))
+    report(args.name, runs)
+
+
+if __name__ == "__main__":
+    main()
