@@ -22,17 +22,7 @@ from torch import nn
 
 from policies.vla.config import FlowVLAConfig
 from policies.vla.flow import FlowVLA
-
-TINY_VISION = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
-               "num_attention_heads": 2, "image_size": 32, "patch_size": 16}
-INSTR = ["push the cube to the goal", "move the gripper to the target"]
-
-
-def _obs(B: int = 6, seed: int = 0) -> dict:
-    g = torch.Generator().manual_seed(seed)
-    return {"state": torch.randn(B, 9, generator=g),
-            "rgb_front": torch.randint(0, 256, (B, 32, 32, 3), generator=g, dtype=torch.uint8),
-            "instruction": [INSTR[i % 2] for i in range(B)]}
+from test_vla_rl import TINY_VISION, _obs  # the tiny vision preset; a batch of observations
 
 
 def _flow(method: str, steps: int, **kw) -> FlowVLA:
