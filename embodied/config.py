@@ -112,12 +112,6 @@ class TrainConfig:
     save_every: int = 10  # iterations
     torch_threads: int = 0  # 0 = leave torch's default
     progress: bool = True
-    # > 0: every training episode starts from one of the first seed_pool evaluation seeds, and
-    # evaluation runs each of them once (eval_episodes is then unused): RL on a fixed set of
-    # initial states. It checks that the learning machinery improves a policy where it acts,
-    # not that the policy generalises (the suite's small learning checks). 0: training draws
-    # fresh initial states; evaluation uses eval_episodes held-out seeds.
-    seed_pool: int = 0
 
 
 @dataclass
@@ -160,8 +154,6 @@ def config_from_dict(raw: dict[str, Any], overrides: list[str] = ()) -> Experime
 
 def _check_across_sections(cfg: ExperimentConfig) -> None:
     """Constraints that tie two sections together; one-line ConfigError."""
-    if cfg.train.seed_pool < 0:
-        raise ConfigError(f"train.seed_pool: {cfg.train.seed_pool} is not allowed; 0 (off) or a number of seeds > 0")
     if cfg.train.algorithm == "grpo":
         G = cfg.grpo.group_size
         if G < 2 or cfg.env.num_envs % G:

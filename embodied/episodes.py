@@ -19,29 +19,22 @@ class GroupCollector:
 
     Group seeds are drawn from a generator seeded with `seed`, uniformly in [0, 2^31): small
     seeds are what `embodied collect` gives its demonstrations (0, 1, 2, ...), and training
-    on the demonstrations' own initial states would overstate rollout success. With seed_pool,
-    group seeds are drawn from that list instead (train.seed_pool)."""
+    on the demonstrations' own initial states would overstate rollout success."""
 
-    def __init__(self, env: VecEnv, policy: Any, group_size: int, seed: int = 0,
-                 seed_pool: list[int] | None = None):
+    def __init__(self, env: VecEnv, policy: Any, group_size: int, seed: int = 0):
         B = env.num_envs
         if group_size < 2 or B % group_size:
             raise EnvError(f"grpo.group_size: env.num_envs={B} must be a multiple of group_size={group_size} (>= 2)")
         self.env, self.policy, self.group_size = env, policy, group_size
         self.num_groups = B // group_size
         self.rng = torch.Generator().manual_seed(seed)
-        self.seed_pool = seed_pool
         self.finished: list[tuple[float, int, bool]] = []  # (return, length, success)
 
     @torch.no_grad()
     def collect(self) -> Trajectory:
         B, G = self.env.num_envs, self.group_size
         group_ids = torch.arange(self.num_groups).repeat_interleave(G)  # [B]
-        if self.seed_pool is None:
-            group_seeds = torch.randint(2**31 - 1, (self.num_groups,), generator=self.rng)
-        else:
-            pick = torch.randint(len(self.seed_pool), (self.num_groups,), generator=self.rng)
-            group_seeds = torch.tensor(self.seed_pool)[pick]
+        group_seeds = torch.randint(2**31 - 1, (self.num_groups,), generator=self.rng)
         seeds = group_seeds[group_ids].tolist()
         obs, _ = self.env.reset(seed=seeds)
         active = torch.ones(B, dtype=torch.bool)

@@ -36,7 +36,7 @@ class CollectStage:
     image_size: int = 64
     cameras: list[str] = field(default_factory=lambda: ["front"])
     noise: float = 0.0  # DART noise on the executed expert actions
-    expert_speed: float = 1.0  # < 1: a slower, suboptimal demonstrator (its motion scaled)
+    expert_speed: float = 1.0  # < 1: a slower demonstrator (its motion scaled; embodied.collect)
 
 
 OWNED = {"sft": ("dataset", "run_dir"), "rl.policy": ("init_from",), "rl.train": ("run_dir",)}

@@ -56,17 +56,10 @@ def stack_steps(steps: list[dict[str, Any]], last_value: torch.Tensor, **extra: 
 
 
 class RolloutCollector:
-    """Keeps the envs' current observation between calls; tracks finished episodes.
+    """Keeps the envs' current observation between calls; tracks finished episodes."""
 
-    seed_pool: None, or seeds every episode starts from (drawn uniformly with a generator
-    seeded by `pool_rng_seed`): an env that finished is reset again from a pool seed, over
-    the env's own auto-reset. For RL on a fixed set of initial states (train.seed_pool)."""
-
-    def __init__(self, env: VecEnv, policy: Any, num_steps: int, seed_pool: list[int] | None = None,
-                 pool_rng_seed: int = 0):
+    def __init__(self, env: VecEnv, policy: Any, num_steps: int):
         self.env, self.policy, self.num_steps = env, policy, num_steps
-        self.seed_pool = seed_pool
-        self.pool_rng = torch.Generator().manual_seed(pool_rng_seed)
         B = env.num_envs
         self.obs: Obs | None = None
         self.ep_return = torch.zeros(B)
@@ -75,16 +68,8 @@ class RolloutCollector:
         self.finished: list[tuple[float, int, bool]] = []  # (return, length, success)
 
     def reset(self, seed: int | None) -> Obs:
-        if self.seed_pool is not None:
-            self.obs, _ = self.env.reset(seed=self._pool_seeds(self.env.num_envs))
-        else:
-            self.obs, _ = self.env.reset(seed=seed)
+        self.obs, _ = self.env.reset(seed=seed)
         return self.obs
-
-    def _pool_seeds(self, n: int) -> list[int]:
-        """n seeds drawn uniformly from seed_pool."""
-        idx = torch.randint(len(self.seed_pool), (n,), generator=self.pool_rng)
-        return [self.seed_pool[i] for i in idx.tolist()]
 
     @torch.no_grad()
     def collect(self) -> Trajectory:
@@ -110,9 +95,6 @@ class RolloutCollector:
                 success=success, bootstrap=bootstrap, replay=out.replay, parts=out.log_prob_parts,
             ))
             self._track(res.reward.sum(1), res.valid.sum(1), success, done)
-            if self.seed_pool is not None and done.any():  # the next episodes start from the pool
-                ids = done.nonzero().flatten()
-                res.obs, _ = self.env.reset(seed=self._pool_seeds(len(ids)), env_ids=ids)
             self.obs = res.obs
         last_value = (start_value(self.policy.get_value(self.obs)) if self.policy.has_critic
                       else torch.zeros(self.env.num_envs))

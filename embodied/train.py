@@ -40,12 +40,10 @@ def config_from_checkpoint(path: str | Path, overrides: list[str] = ()) -> Exper
 
 def build_algorithm(cfg: ExperimentConfig, env: VecEnv, policy: Any) -> tuple[Any, Any]:
     """(collector, learner) for cfg.train.algorithm."""
-    pool = eval_seeds(cfg.train.seed_pool) if cfg.train.seed_pool > 0 else None
     if cfg.train.algorithm == "grpo":
-        collector = GroupCollector(env, policy, cfg.grpo.group_size, seed=cfg.train.seed, seed_pool=pool)
+        collector = GroupCollector(env, policy, cfg.grpo.group_size, seed=cfg.train.seed)
         return collector, GRPOLearner(policy, cfg.ppo, cfg.grpo)
-    collector = RolloutCollector(env, policy, cfg.ppo.rollout_steps, seed_pool=pool, pool_rng_seed=cfg.train.seed)
-    return collector, PPOLearner(policy, cfg.ppo)
+    return RolloutCollector(env, policy, cfg.ppo.rollout_steps), PPOLearner(policy, cfg.ppo)
 
 
 def train(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, Any]:
@@ -64,8 +62,8 @@ def train(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, 
     env = build_env(cfg.env)
     policy = build_policy(cfg.policy, env.spec, per_action_value=cfg.ppo.reward_level == "action")
     collector, learner = build_algorithm(cfg, env, policy)
-    seeds = eval_seeds(tc.seed_pool if tc.seed_pool > 0 else tc.eval_episodes)
-    eval_env = build_env(cfg.env, min(len(seeds), 64))
+    eval_env = build_env(cfg.env, min(tc.eval_episodes, 64))
+    seeds = eval_seeds(tc.eval_episodes)
 
     it, env_steps, summary = 0, 0, {}
     if resume is not None:

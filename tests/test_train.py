@@ -108,38 +108,3 @@ def test_eval_command_reports_and_writes_video(tmp_path, capsys):
     import av
     with av.open(str(video)) as c:
         assert c.streams.video[0].frames > 5
-
-
-def test_seed_pool_starts_every_episode_from_the_pool():
-    """train.seed_pool: PPO's rollouts and GRPO's groups start only from the pool's initial
-    states (the first evaluation seeds), including episodes that begin after an auto-reset."""
-    from embodied.episodes import GroupCollector
-    from embodied.rollout import RolloutCollector
-    from embodied.train import eval_seeds
-    from policies.mlp import MLPActorCritic, MLPConfig
-    from sims.registry import make_env
-
-    pool = eval_seeds(3)
-    starts = set()
-    for s in pool:
-        obs, _ = make_env("Reach", 1).reset(seed=[s])
-        starts.add(tuple(obs["privileged"][0, 9:12].tolist()))  # the goal position
-    env = make_env("Reach", 4)
-    policy = MLPActorCritic(MLPConfig(obs_dim=env.spec.privileged_dim, action_dim=4, obs_key="privileged"))
-    col = RolloutCollector(env, policy, 30, seed_pool=pool, pool_rng_seed=1)
-    col.reset(seed=0)
-    seen = {tuple(g) for g in col.obs["privileged"][:, 9:12].tolist()}
-    for _ in range(3):  # 90 steps of 50-step episodes: every env resets at least once
-        traj = col.collect()
-        for t in range(traj.num_steps):
-            seen |= {tuple(g) for g in traj.obs["privileged"][t, :, 9:12].tolist()}
-    assert seen <= starts and len(seen) > 1, (seen, starts)
-    grouped = GroupCollector(make_env("Reach", 4), policy, 2, seed=0, seed_pool=pool).collect()
-    assert {tuple(g) for g in grouped.obs["privileged"][0, :, 9:12].tolist()} <= starts
-
-
-def test_seed_pool_must_not_be_negative():
-    from embodied.config import ConfigError
-
-    with pytest.raises(ConfigError, match="train.seed_pool"):
-        load_config(None, ["train.seed_pool=-1"])
