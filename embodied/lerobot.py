@@ -8,7 +8,9 @@ Item i is frame i of the concatenated episodes:
   "actions"       float32 [K, A]      actions t .. t+K-1; past the episode end the last
                                       action is repeated
   "action_valid"  bool    [K]         False for the repeated padding
-Everything is decoded into memory once (the datasets here are small).
+Everything is decoded into memory once (the datasets here are small). Any v3.0 dataset
+with observation.state and action loads, LeRobot's too (embodied/dataset_read.py);
+`episodes` selects a subset by episode index.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from embodied.dataset import read_episodes, read_meta
+from embodied.dataset import DatasetError, read_episodes, read_meta
 
 
 class LeRobotDataset(Dataset):
@@ -27,12 +29,13 @@ class LeRobotDataset(Dataset):
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
         self.root, self.chunk_size = Path(root), chunk_size
-        meta = read_meta(self.root)
-        self.info = meta
-        keep = set(range(meta["total_episodes"])) if episodes is None else set(episodes)
-        eps = [e for i, e in enumerate(read_episodes(self.root)) if i in keep]
-        if not eps:
-            raise ValueError(f"{self.root}: no episodes selected")
+        self.info = read_meta(self.root)
+        if episodes is not None and not episodes:
+            raise ValueError(f"episodes: an empty selection of {self.root}'s episodes")
+        eps = list(read_episodes(self.root, episodes))
+        for name, key in (("observation.state", "obs.state"), ("action", "action")):
+            if key not in eps[0]:
+                raise DatasetError(f"{self.root}: no {name!r} feature (features: {', '.join(self.info['features'])})")
         self.cameras = sorted(k[len("obs.rgb_"):] for k in eps[0] if k.startswith("obs.rgb_"))
         cat = lambda key: torch.cat([e[key] for e in eps])  # noqa: E731
         self.state = cat("obs.state").float()

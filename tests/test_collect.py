@@ -88,7 +88,10 @@ def test_layout_is_lerobot_v3_readable_without_our_loader(tmp_path):
     assert feats["observation.images.front"]["dtype"] == "video"
     assert feats["observation.state"]["shape"] == [9] and feats["action"]["shape"] == [4]
     episodes = pq.read_table(root / "meta" / "episodes" / "chunk-000" / "file-000.parquet").to_pylist()
-    tasks = pq.read_table(root / "meta" / "tasks.parquet").to_pydict()
+    tasks = pq.read_table(root / "meta" / "tasks.parquet")
+    # the task text is the DataFrame index (LeRobot reads tasks.iloc[task_index].name)
+    index_col = tasks.schema.pandas_metadata["index_columns"][0]
+    texts = dict(zip(tasks["task_index"].to_pylist(), tasks[index_col].to_pylist()))
     stats = json.loads((root / "meta" / "stats.json").read_text())
     assert np.array(stats["observation.images.front"]["mean"]).shape == (3, 1, 1)
     frame_index = 0
@@ -99,7 +102,7 @@ def test_layout_is_lerobot_v3_readable_without_our_loader(tmp_path):
         assert data["index"] == list(range(ep["dataset_from_index"], ep["dataset_to_index"]))
         assert data["index"][0] == frame_index
         frame_index = ep["dataset_to_index"]
-        assert tasks["task"][data["task_index"][0]] == ep["tasks"][0]
+        assert texts[data["task_index"][0]] == ep["tasks"][0]
         assert len(data["action"][0]) == 4 and data["next.done"][-1] and data["next.success"][-1]
         video = root / info["video_path"].format(video_key="observation.images.front",
                                                  chunk_index=ep["videos/observation.images.front/chunk_index"],
