@@ -33,6 +33,9 @@ class EnvConfig:
     image_size: int = 64
     cameras: list[str] = field(default_factory=lambda: ["front"])  # rgb_<camera> keys with obs_mode rgb
     num_threads: int = 0  # physics threads; 0 = all cores
+    # domain randomisation {knob: [low, high]} drawn per env at each reset (docs/sim2real.md)
+    randomization: dict[str, Any] | None = None
+    reality: str | None = None  # a reality preset: name in configs/reality/ or a path
 
 
 @dataclass
@@ -149,7 +152,25 @@ def config_from_dict(raw: dict[str, Any], overrides: list[str] = ()) -> Experime
         _set_dotted(raw, key.strip(), yaml.safe_load(value))
     cfg = from_dict(ExperimentConfig, raw)
     _check_across_sections(cfg)
+    _check_randomization(cfg.env)
     return cfg
+
+
+def _check_randomization(env: EnvConfig) -> None:
+    """env.randomization / env.reality: the knobs of sims/mujoco/randomization.py; one-line ConfigError."""
+    if env.randomization is None and env.reality is None:
+        return
+    from sims.mujoco.randomization import RandomizationError, load_preset, parse
+
+    try:
+        if env.randomization is not None and env.reality is not None:
+            raise RandomizationError("env.reality: give a reality preset or env.randomization, not both")
+        if env.reality is not None:
+            load_preset(env.reality)
+        else:
+            parse(env.randomization, "env.randomization")
+    except RandomizationError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _check_across_sections(cfg: ExperimentConfig) -> None:
@@ -214,6 +235,10 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
             return None
         inner = [a for a in args if a is not type(None)]
         return _coerce(inner[0], value, key)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return value
     if origin is list:
         (item_tp,) = typing.get_args(tp)
         if not isinstance(value, (list, tuple)):

@@ -20,6 +20,8 @@ from mujoco.batch import Batch
 
 from sims.mujoco import handles as hd
 from sims.mujoco.control import ACTION_DIM, apply_action
+from sims.mujoco.randomization import RandomizationError, resolve
+from sims.mujoco.randomizer import Randomizer
 from sims.mujoco.scene import COLOR_RGBA, build_model
 from sims.mujoco.seeding import parse_env_ids, parse_seeds, sample_seeded, stream_from
 from sims.mujoco.tasks.base import STATE_DIM, Task, state_obs
@@ -59,7 +61,9 @@ class MujocoVecEnv(VecEnv):
     render_size: (H, W) of `render()` frames. control_hz / timestep: control rate and physics
     step; their ratio is the number of substeps. num_threads: batch threads (0: all CPUs).
     seed: seeds the episode stream until the first seeded reset. max_episode_steps: override
-    the task's time limit.
+    the task's time limit. randomization: a domain randomisation block {knob: [low, high]}
+    (sims/mujoco/randomization.py, docs/sim2real.md) drawn per env at every reset; reality:
+    a reality preset (name in configs/reality/ or a path) applied as fixed offsets.
     """
 
     def __init__(self, task: Task, num_envs: int, *, obs_mode: str = "state",
@@ -67,7 +71,8 @@ class MujocoVecEnv(VecEnv):
                  cameras: Sequence[str] = ("front",), render_size: Sequence[int] = (128, 128),
                  control_hz: float = 20.0, timestep: float = 0.005, num_threads: int = 0,
                  seed: int | None = None, max_episode_steps: int | None = None,
-                 device: str | torch.device = "cpu"):
+                 device: str | torch.device = "cpu", randomization: Any = None,
+                 reality: str | None = None):
         _one_of("obs_mode", obs_mode, OBS_MODES)
         _one_of("reward_mode", reward_mode, REWARD_MODES)
         for cam in cameras:
@@ -105,6 +110,12 @@ class MujocoVecEnv(VecEnv):
         self._ep: dict[str, np.ndarray] = {}
         self._rng = np.random.default_rng(seed)
         self._seeded = False
+        try:
+            dr = resolve(randomization, reality)
+        except RandomizationError as e:
+            raise EnvError(str(e)) from None
+        self._dr = None if dr is None else Randomizer(dr, self.model, self._batch, self._h,
+                                                      int(num_envs), seed)
         self.reset()
 
     # ------------------------------------------------------------------ reading the sims
@@ -122,6 +133,8 @@ class MujocoVecEnv(VecEnv):
             ids = np.arange(self.num_envs) if rows is None else rows
             for cam in self.cameras:
                 out[f"rgb_{cam}"] = self._render_np(ids, cam, self.image_size)
+        if self._dr is not None:
+            self._dr.observe(out, rows, STATE_DIM)
         return out
 
     def _wrap(self, obs: dict[str, np.ndarray], instr: list[str]) -> Obs:
@@ -145,10 +158,14 @@ class MujocoVecEnv(VecEnv):
             obs[k][rows] = v
 
     # ------------------------------------------------------------------ reset
-    def _reset_rows(self, ids: np.ndarray, ep: dict[str, np.ndarray]) -> None:
-        """Start new episodes in envs ids (sorted int64 [n]) from episode variables [n, ...]."""
+    def _reset_rows(self, ids: np.ndarray, ep: dict[str, np.ndarray],
+                    seeds: list[int] | None = None) -> None:
+        """Start new episodes in envs ids (sorted int64 [n]) from episode variables [n, ...];
+        seeds [n] (or None: the stream) draw their randomisation."""
         h, qpos, ctrl = self._h, self._qpos, self._ctrl
         ids32 = ids.astype(np.int32)
+        if self._dr is not None:
+            self._dr.draw(ids, seeds)
         self._batch.reset(ids32, stage=_STAGE.mjSTAGE_NONE)
         qpos[ids[:, None], h.tcp_qpos] = ep["tcp"]
         ctrl[ids, 0:3] = ep["tcp"]
@@ -163,6 +180,8 @@ class MujocoVecEnv(VecEnv):
         if h.goal_mocap >= 0:
             self._mocap[ids, h.goal_mocap] = ep["goal"]
         self._batch.forward(ids32, stage=_STAGE.mjSTAGE_VEL)
+        if self._dr is not None:
+            self._dr.reset_queue(ids, hd.gap_to_cmd(ep["gap"]))
         self._elapsed[ids] = 0
         for k, v in ep.items():
             if k not in self._ep:
@@ -174,6 +193,7 @@ class MujocoVecEnv(VecEnv):
 
     def reset(self, seed: Seed = None, env_ids: torch.Tensor | None = None) -> tuple[Obs, dict]:
         ids = parse_env_ids(env_ids, self.num_envs)
+        seeds = None
         if seed is None:
             ep = self.task.sample_episode(self._rng, len(ids))
         else:
@@ -181,9 +201,12 @@ class MujocoVecEnv(VecEnv):
             ep = sample_seeded(self.task.sample_episode, seeds)
             if not self._seeded:
                 self._rng, self._seeded = stream_from(seeds), True
+                if self._dr is not None:
+                    self._dr.reseed(seeds)
         if len(ids):
             order = np.argsort(ids, kind="stable")
-            self._reset_rows(ids[order], {k: v[order] for k, v in ep.items()})
+            self._reset_rows(ids[order], {k: v[order] for k, v in ep.items()},
+                             None if seeds is None else [seeds[i] for i in order])
         s = self._read()
         obs = self._obs_np(s, self.task.evaluate(s, self._ep), None)
         return self._wrap(obs, list(self._instr)), {}
@@ -205,6 +228,8 @@ class MujocoVecEnv(VecEnv):
         Returns (SimView, evaluation, reward f32 [n], terminated [n], truncated [n]).
         """
         h = self._h
+        if self._dr is not None:
+            a = self._dr.action(a, ids)
         if ids is None:
             apply_action(a, self._qpos[:, h.tcp_qpos], self._ctrl)
             self._batch.step(None, self.substeps)
@@ -322,6 +347,8 @@ class MujocoVecEnv(VecEnv):
         }
         for k, v in self._ep.items():
             state[f"episode.{k}"] = v.copy()
+        if self._dr is not None:
+            state.update(self._dr.state_dict())
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -342,6 +369,10 @@ class MujocoVecEnv(VecEnv):
         rng = np.random.default_rng()
         rng.bit_generator.state = json.loads(state["rng_state"])
         self._rng, self._seeded = rng, bool(int(state["rng_seeded"]))
+        if self._dr is not None:
+            if "randomization.queue" not in state:
+                raise EnvError("state_dict: saved without randomisation, this env randomises")
+            self._dr.load_state_dict(state)
         self._update_progress(None)
 
     # ------------------------------------------------------------------ rendering
@@ -359,7 +390,10 @@ class MujocoVecEnv(VecEnv):
 
             self._renderer = BatchRenderer(self.model)
         cam = self._renderer.camera_id(camera)
-        return self._renderer.render(self._batch, ids, cam, size, self._colors(ids))
+        colors, fields = self._colors(ids), None
+        if self._dr is not None:
+            colors, fields = self._dr.colors(ids, colors), self._dr.render_fields(ids)
+        return self._renderer.render(self._batch, ids, cam, size, colors, fields)
 
     def render(self, env_ids: Sequence[int] | None = None, camera: str | None = None) -> torch.Tensor:
         """uint8 [n, H, W, 3] frames at render_size of envs env_ids (default all)."""

@@ -8,6 +8,7 @@ after `mjv_updateScene`, so one model serves every env.
 
 from __future__ import annotations
 
+import copy
 import os
 
 os.environ.setdefault("MUJOCO_GL", "egl")
@@ -38,7 +39,8 @@ class BatchRenderer:
     """Renders chosen envs of a Batch from a fixed camera into uint8 [n, H, W, 3] arrays."""
 
     def __init__(self, model: mujoco.MjModel):
-        self.model = model
+        self.model = copy.copy(model)  # our own: per-env fields are written into it to draw an env
+        self._nominal: dict[str, np.ndarray] = {}  # field name -> the model's value
         self.buf_w = int(model.vis.global_.offwidth)
         self.buf_h = int(model.vis.global_.offheight)
         self._ctx = _gl_context(self.buf_w, self.buf_h)
@@ -80,11 +82,25 @@ class BatchRenderer:
             self._slots[geom_id] = idx
         return idx
 
+    def _field(self, name: str) -> np.ndarray:
+        """The render model's array `name` ("cam_pos", "vis.headlight.diffuse", ...), a live view."""
+        obj = self.model
+        *path, leaf = name.split(".")
+        for part in path:
+            obj = getattr(obj, part)
+        arr = getattr(obj, leaf)
+        if name not in self._nominal:
+            self._nominal[name] = np.array(arr)
+        return arr
+
     def render(self, batch: Batch, ids: np.ndarray, camera: int, size: tuple[int, int],
-               colors: dict[int, np.ndarray] | None = None) -> np.ndarray:
+               colors: dict[int, np.ndarray] | None = None,
+               fields: dict[str, np.ndarray] | None = None) -> np.ndarray:
         """Frames uint8 [n, H, W, 3] of simulations ids [n] from camera (id) at size (H, W).
 
         colors: model geom id -> float rgba [n, 4], the per-env colour of that geom.
+        fields: model field name -> per-env values [n, *field shape] written into the render
+          model before drawing each env (cameras, lights: domain randomisation), then restored.
         """
         h, w = size
         if h > self.buf_h or w > self.buf_w:
@@ -97,11 +113,14 @@ class BatchRenderer:
         self._ctx.make_current()
         self._cam.fixedcamid = camera
         m, d, scn = self.model, self._data, self._scn
-        colors = colors or {}
+        colors, fields = colors or {}, fields or {}
+        views = {name: self._field(name) for name in fields}
         for start in range(0, len(ids), per):
             chunk = ids[start:start + per]
             for j, sim in enumerate(chunk):
                 batch.get_data(int(sim), d)
+                for name, v in fields.items():
+                    views[name][...] = v[start + j]
                 mujoco.mj_kinematics(m, d)
                 mujoco.mj_camlight(m, d)
                 mujoco.mjv_updateScene(m, d, self._opt, self._pert, self._cam,
@@ -120,6 +139,8 @@ class BatchRenderer:
                 r, c = j // cols, j % cols
                 # GL rows start at the bottom: flip each tile.
                 out[start + j] = pix[r * h:(r + 1) * h, c * w:(c + 1) * w][::-1]
+        for name, view in views.items():
+            view[...] = self._nominal[name]
         return out
 
     def close(self) -> None:
