@@ -1,4 +1,4 @@
-"""`embodied` command line: train, eval, collect, sft, pipeline, robot-sim, serve, list.
+"""`embodied` command line: train, eval, collect, sft, pipeline, robot-sim, serve, report, list.
 
 Building the parser, `--help` and `embodied list` import nothing heavy (no torch, MuJoCo,
 transformers, ROS/DDS: tests/test_cli_startup.py); each handler imports what it needs.
@@ -101,6 +101,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from embodied.report import cmd_report as run  # numpy only; matplotlib for the plots
+
+    return run(args)
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from sims.registry import MANISKILL_TASK_NAMES, list_tasks  # names only: no MuJoCo, no torch
 
@@ -154,6 +160,11 @@ def parser() -> argparse.ArgumentParser:
     pl.add_argument("config", help="pipeline YAML (path or name in configs/), e.g. demo")
     pl.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. rl.train.total_steps=20000")
     pl.set_defaults(fn=cmd_pipeline)
+    rp = sub.add_parser("report", help="remake a sim-to-real report folder's report.md from its results.json")
+    rp.add_argument("dir", help="report folder holding results.json (docs/sim2real.md)")
+    rp.add_argument("--reps", type=int, default=2000, help="bootstrap resamples of the IQM intervals")
+    rp.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
+    rp.set_defaults(fn=cmd_report)
     ls = sub.add_parser("list", help="list tasks and configs")
     ls.set_defaults(fn=cmd_list)
     return p
@@ -162,7 +173,8 @@ def parser() -> argparse.ArgumentParser:
 # Errors a handler reports as "embodied CMD: error: ..." with exit status 2 (module, class).
 USER_ERRORS = (("embodied.config", "ConfigError"), ("sims.vecenv", "EnvError"),
                ("policies.base", "PolicyLoadError"), ("embodied.checkpoint", "CheckpointError"),
-               ("embodied.dataset", "DatasetError"))
+               ("embodied.dataset", "DatasetError"), ("embodied.report", "ReportError"),
+               ("embodied.stats", "StatsError"))
 
 
 def _user_errors() -> tuple[type, ...]:
