@@ -19,6 +19,9 @@ def robot_sim_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--free-run", action="store_true", help="step at --rate instead of once per command")
     p.add_argument("--transport", default="auto", choices=TRANSPORT_CHOICES)
     p.add_argument("--duration", type=float, default=None, help="exit after this many seconds")
+    p.add_argument("--reality", default=None, metavar="PRESET",
+                   help="reality preset, a name in configs/reality/ or a YAML path: the twin differs "
+                        "from nominal simulation in its stated ways (docs/sim2real.md)")
 
 
 def serve_arguments(p: argparse.ArgumentParser) -> None:

@@ -52,6 +52,7 @@ class SimNodeConfig:
     free_run: bool = False
     transport: str = "auto"
     domain_id: int | None = None
+    reality: str | None = None  # reality preset (configs/reality/ name or path): the twin's gap
 
     def topic(self, name: str) -> str:
         return f"{self.namespace.rstrip('/')}/{name.lstrip('/')}" if self.namespace else name
@@ -64,7 +65,8 @@ class SimRobotNode:
         self.cfg = cfg
         rgb = cfg.image_size > 0
         self.env = make_env(cfg.task, 1, obs_mode="rgb" if rgb else "state", cameras=(cfg.camera,),
-                            image_size=(max(cfg.image_size, 8),) * 2, num_threads=1, seed=cfg.seed)
+                            image_size=(max(cfg.image_size, 8),) * 2, num_threads=1, seed=cfg.seed,
+                            reality=cfg.reality)
         self.tr = make_transport(cfg.transport, cfg.domain_id, "sim_robot")
         t = cfg.topic
         self.pub_js = self.tr.publisher(t("/joint_states"), "sensor_msgs/msg/JointState", SENSOR_QOS)
@@ -177,7 +179,8 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("embodied robot-sim: error: --rate: must be > 0")
     cfg = SimNodeConfig(task=args.task, rate_hz=args.rate, image_size=args.image_size, camera=args.camera,
                         namespace=args.namespace, seed=args.seed, free_run=args.free_run,
-                        transport=args.transport, domain_id=args.domain_id)
+                        transport=args.transport, domain_id=args.domain_id,
+                        reality=getattr(args, "reality", None))
     from robot_bridge.ros_types import MessageError
     from robot_bridge.transport import TransportError
     from sims.vecenv import EnvError

@@ -155,6 +155,8 @@ def test_mass_decides_whether_the_grasp_holds():
     e = env(randomization=fixed(mass=50.0))
     body = int(e.model.geom_bodyid[e._h.cube_geom])
     np.testing.assert_allclose(e._batch.expanded("body_mass")[:, body], 50 * e.model.body_mass[body])
+    sub = e._batch.expanded("body_subtreemass")  # derived constants follow (set_const)
+    np.testing.assert_allclose(sub[:, body], 50 * e.model.body_subtreemass[body])
 
 
 def test_actuator_gain_slows_the_servo():
@@ -165,6 +167,10 @@ def test_actuator_gain_slows_the_servo():
         return (r.obs["state"][:, 2] - o["state"][:, 2]).numpy()
 
     assert (moved(0.05) < 0.6 * moved(None)).all() and (moved(None) > 0.015).all()
+    e = env(randomization=fixed(actuator_gain=0.25))
+    kp, kv = e._batch.expanded("actuator_gainprm")[:, :, 0], -e._batch.expanded("actuator_biasprm")[:, :, 2]
+    np.testing.assert_allclose(kp, np.tile(0.25 * e.model.actuator_gainprm[:, 0], (N, 1)))
+    np.testing.assert_allclose(kv, np.tile(0.5 * -e.model.actuator_biasprm[:, 2], (N, 1)))  # same damping ratio
 
 
 @pytest.mark.parametrize("k", [1, 2])
@@ -250,3 +256,16 @@ def test_reality_presets_are_fixed_offsets(tmp_path):
         env(reality=str(own))
     with pytest.raises(EnvError, match="^reality: no preset 'nope'"):
         env(reality="nope")
+
+
+def test_robot_sim_takes_a_reality_preset(dds_env, capsys):
+    from embodied.cli import main
+    from robot_bridge.sim_node import SimNodeConfig, SimRobotNode
+
+    assert main(["robot-sim", "PushCube", "--reality", "nope", "--transport", "dds"]) == 2
+    assert "error: reality: no preset 'nope'" in capsys.readouterr().err
+    node = SimRobotNode(SimNodeConfig(task="PushCube", image_size=0, transport="dds", reality="twin_gap"))
+    try:
+        assert node.env._dr.params["latency_steps"][0] == 1 and node.env._dr.params["friction"][0] == 0.6
+    finally:
+        node.close()
