@@ -233,9 +233,18 @@ def test_bad_blocks_are_one_line_errors(block, field, allowed):
     assert str(c.value) == msg
 
 
-def test_config_block_is_accepted_and_kept():
-    cfg = config_from_dict({"env": {"randomization": {"friction": [0.5, 1.5]}}})
+def test_config_block_reaches_the_training_env():
+    from embodied.train import build_env
+
+    cfg = config_from_dict({"env": {"num_envs": 2, "num_threads": 1,
+                                    "randomization": {"friction": [0.5, 1.5]}}})
     assert cfg.env.randomization == {"friction": [0.5, 1.5]}
+    p = build_env(cfg.env)._dr.params["friction"]
+    assert ((p >= 0.5) & (p <= 1.5)).all() and p[0] != p[1]
+    cfg = config_from_dict({"env": {"num_envs": 2, "num_threads": 1}}, ["env.reality=twin_gap"])
+    assert build_env(cfg.env)._dr.params["friction"][0] == 0.6
+    with pytest.raises(ConfigError, match="^env.reality: give a reality preset or env.randomization"):
+        config_from_dict({"env": {"reality": "twin_gap", "randomization": {"mass": [1, 2]}}})
 
 
 def test_reality_presets_are_fixed_offsets(tmp_path):
