@@ -69,6 +69,17 @@ def _matrix(name: str, x) -> np.ndarray:
     return a
 
 
+def _scores(x) -> np.ndarray:
+    """Finite float scores [..., runs, tasks], at least one run and one task."""
+    a = np.asarray(x, dtype=float)
+    if a.ndim < 2 or a.shape[-1] == 0 or a.shape[-2] == 0:
+        raise StatsError(f"scores: expected an array [..., runs, tasks] with at least one run and one task, "
+                         f"got shape {a.shape}")
+    if not np.all(np.isfinite(a)):
+        raise StatsError("scores: expected finite scores, got NaN or inf")
+    return a
+
+
 def _pair(x, y, xname: str, yname: str, min_len: int = 2) -> tuple[np.ndarray, np.ndarray]:
     """Two finite 1-D arrays `[N]` of equal length N >= min_len."""
     a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
@@ -139,7 +150,7 @@ def newcombe_difference(k1, n1, k2, n2, confidence: float = 0.95):
 def iqm(scores) -> np.ndarray | float:
     """Interquartile mean: the mean of the scores left after trimming int(0.25 N) of the
     N = runs * tasks scores from each end (scipy.stats.trim_mean(x, 0.25), as rliable)."""
-    a = np.asarray(scores, dtype=float)
+    a = _scores(scores)
     flat = np.sort(a.reshape(*a.shape[:-2], -1), axis=-1)
     cut = int(0.25 * flat.shape[-1])
     return _scalar(flat[..., cut:flat.shape[-1] - cut].mean(axis=-1))
@@ -147,18 +158,18 @@ def iqm(scores) -> np.ndarray | float:
 
 def mean(scores) -> np.ndarray | float:
     """Mean over all runs and tasks."""
-    return _scalar(np.asarray(scores, dtype=float).mean(axis=(-2, -1)))
+    return _scalar(_scores(scores).mean(axis=(-2, -1)))
 
 
 def median(scores) -> np.ndarray | float:
     """Median over all runs and tasks."""
-    a = np.asarray(scores, dtype=float)
+    a = _scores(scores)
     return _scalar(np.median(a.reshape(*a.shape[:-2], -1), axis=-1))
 
 
 def optimality_gap(scores, gamma: float = 1.0) -> np.ndarray | float:
     """Mean shortfall below the target gamma: mean(gamma - min(score, gamma)); 0 is best."""
-    a = np.asarray(scores, dtype=float)
+    a = _scores(scores)
     return _scalar((gamma - np.minimum(a, gamma)).mean(axis=(-2, -1)))
 
 

@@ -79,10 +79,11 @@ def test_newcombe_by_hand():
 def test_iqm_by_hand():
     # N=8: trim int(0.25*8)=2 each side of 1..8 -> mean(3, 4, 5, 6) = 4.5
     assert stats.iqm(np.arange(1.0, 9.0).reshape(4, 2)) == 4.5
-    # N=10: trim int(2.5)=2 each side of [0, 0, 1, 2, 3, 4, 5, 6, 100, 100] -> mean(1..6) = 3.5
-    scores = np.array([[100, 0], [3, 4], [0, 6], [2, 100], [5, 1]], dtype=float)
-    assert stats.iqm(scores) == 3.5
-    assert stats.mean(scores) == pytest.approx(221 / 10)
+    # N=10: trim int(2.5)=2 each side of [0, 0, 1, 2, 3, 4, 5, 9, 100, 100]
+    # -> mean(1, 2, 3, 4, 5, 9) = 24 / 6 = 4.0 (trimming 3 would give 3.5)
+    scores = np.array([[100, 0], [3, 4], [0, 9], [2, 100], [5, 1]], dtype=float)
+    assert stats.iqm(scores) == 4.0
+    assert stats.mean(scores) == pytest.approx(224 / 10)
     assert stats.median(scores) == 3.5  # (3 + 4) / 2
     # gap below 1 of [0.2, 1.3, 0.9, 1.0]: (0.8 + 0 + 0.1 + 0) / 4 = 0.225
     assert stats.optimality_gap([[0.2, 1.3], [0.9, 1.0]]) == pytest.approx(0.225)
@@ -108,6 +109,11 @@ def test_bootstrap_is_stratified():
 
     point, low, high = stats.stratified_bootstrap_ci(scores, check, reps=200, seed=3)
     assert len(seen) == 201 and low <= point <= high
+    # independently per task (rliable's StratifiedBootstrap), not whole rows: a resampled row
+    # takes tasks 0 and 1 from the same run with probability 1 / runs, not 1
+    run_of = {v: i for i, v in enumerate(scores[:, 0])}, {v: i for i, v in enumerate(scores[:, 1])}
+    same = np.mean([[run_of[0][a] == run_of[1][b] for a, b in s[:, :2]] for s in seen[:-1]])  # the last call is the point estimate
+    assert same == pytest.approx(1 / 6, abs=0.03)
     # the named aggregate, batched, gives the same interval for the same seed
     assert stats.stratified_bootstrap_ci(scores, "mean", reps=200, seed=3) == pytest.approx((point, low, high))
 
@@ -224,6 +230,8 @@ def test_mmrv_by_hand():
     (lambda: stats.stratified_bootstrap_ci(np.full((2, 2), np.nan)), "scores"),
     (lambda: stats.stratified_bootstrap_ci(np.zeros((2, 2)), "best"), "aggregate"),
     (lambda: stats.stratified_bootstrap_ci(np.zeros((2, 2)), reps=0), "reps"),
+    (lambda: stats.iqm([0.5, 0.7]), "scores"),
+    (lambda: stats.median(np.zeros((3, 0))), "scores"),
     (lambda: stats.probability_of_improvement(np.zeros((3, 2)), np.zeros((3, 4))), "y"),
     (lambda: stats.pearson([1, 2, 3], [1, 2]), "y"),
     (lambda: stats.spearman([1], [1]), "x"),
