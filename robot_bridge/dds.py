@@ -5,15 +5,24 @@ message definitions (ros_types.idl_struct), so type names and type information a
 of ROS 2. Samples travel as CDR bytes made and read by rosbags (numpy arrays, fast for
 images); ros_types' tests prove cyclonedds' own serialiser gives the same bytes.
 
-Services follow rmw_cyclonedds: requests on `rq/<name>Request`, replies on `rr/<name>Reply`,
-each payload prefixed by a 16-byte request header (uint64 client guid, int64 sequence
-number) after the CDR encapsulation header.
+Services follow rmw_cyclonedds: requests on `rq/<name>Request`, replies on `rr/<name>Reply`
+(reliable, keep last 10), each payload prefixed by a 16-byte request header (uint64 client id:
+the request writer's instance handle, int64 sequence number) after the CDR encapsulation
+header. A client's request writer and reply reader carry the user data `clientid=<id>;`. A
+call waits for the service (its request reader and reply writer matched), sends the request
+once and waits for the reply; the server, before answering, waits up to 100 ms for its reply
+writer to match the reader tagged with the request writer's clientid.
+
+The participant carries the user data `enclave=/;` and publishes `ros_discovery_info`
+(ros_graph.py), so ROS 2 tools list the node. A sample that does not decode, or whose
+callback raises, is dropped with a logged warning: no message can stop a reader.
 """
 
 from __future__ import annotations
 
 import itertools
-import os
+import logging
+import queue
 import struct
 import threading
 import time
@@ -28,20 +37,30 @@ from cyclonedds.sub import DataReader
 from cyclonedds.topic import Topic
 from cyclonedds.util import duration
 
+from robot_bridge import ros_graph
 from robot_bridge import ros_types as rt
 from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, Publisher, QosProfile, Subscription, Transport, TransportError
 
+log = logging.getLogger("robot_bridge.dds")
 _ANY = SampleState.Any | ViewState.Any | InstanceState.Any
-_REQ_HEADER = struct.Struct("<Qq")  # client guid, sequence number
+_REQ_HEADER = struct.Struct("<Qq")  # client id (request writer's instance handle), sequence number
+_U64 = (1 << 64) - 1
+REPLY_READER_WAIT_S = 0.1  # rmw_cyclonedds: wait up to 100 ms for the client's reply reader
 
 
-def dds_qos(p: QosProfile) -> Qos:
+def dds_qos(p: QosProfile, user_data: bytes | None = None) -> Qos:
     """The cyclonedds QoS of a ROS 2 profile (XCDR1 data representation, as rmw_cyclonedds)."""
     rel = (Policy.Reliability.Reliable(max_blocking_time=duration(milliseconds=100)) if p.reliable
            else Policy.Reliability.BestEffort)
     dur = Policy.Durability.TransientLocal if p.transient_local else Policy.Durability.Volatile
-    return Qos(rel, Policy.History.KeepLast(p.depth), dur,
-               Policy.DataRepresentation(use_cdrv0_representation=True))
+    policies = [rel, Policy.History.KeepLast(p.depth), dur, Policy.DataRepresentation(use_cdrv0_representation=True)]
+    if user_data:
+        policies.append(Policy.Userdata(user_data))
+    return Qos(*policies)
+
+
+def _user_data(qos: Qos) -> bytes:
+    return qos[Policy.Userdata].data if Policy.Userdata in qos else b""
 
 
 class DdsPublisher(Publisher):
@@ -61,24 +80,40 @@ class DdsPublisher(Publisher):
 
 
 class DdsTransport(Transport):
-    """One cyclonedds participant on `domain_id`; configure the network with CYCLONEDDS_URI
-    (transport.loopback_env() for tests)."""
+    """One cyclonedds participant on `domain_id`, announced as the ROS 2 node `node_name`;
+    configure the network with CYCLONEDDS_URI (transport.loopback_env() for tests)."""
 
     name = "dds"
 
     def __init__(self, domain_id: int = 0, node_name: str = "embodied"):
         self.domain_id, self.node_name = domain_id, node_name
         try:
-            self.participant = DomainParticipant(domain_id)
+            self.participant = DomainParticipant(domain_id, qos=Qos(Policy.Userdata(ros_graph.ENCLAVE_USER_DATA)))
         except Exception as e:  # cyclonedds raises DDSException for a bad config
             raise TransportError(f"dds: cannot join domain {domain_id} ({e}); check CYCLONEDDS_URI") from None
         self._topics: dict[str, Topic] = {}
         self._entities: list[Any] = []
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self.closed = False
-        self._guid = (os.getpid() << 32) ^ (id(self) & 0xFFFFFFFF)
+        self.dropped = 0  # samples that did not decode or whose callback raised
         self._seq = itertools.count(1)
-        self._clients: dict[str, tuple[DataWriter, dict[int, bytes], threading.Condition]] = {}
+        self._clients: dict[str, tuple[DataWriter, DataReader, dict[int, bytes], threading.Condition]] = {}
+        self._node_readers: list[Any] = []
+        self._node_writers: list[Any] = []
+        self._graph = self._writer(ros_graph.DISCOVERY_TOPIC, ros_graph.DISCOVERY_TYPE, ros_graph.DISCOVERY_QOS,
+                                   announce=False)
+        self._announce()
+
+    # ------------------------------------------------------------------ the ROS 2 graph
+    def _announce(self) -> None:
+        """Publish this node's readers and writers on ros_discovery_info."""
+        with self._lock:
+            if self.closed:
+                return
+            msg = ros_graph.participant_entities_info(self.participant.guid, self.node_name, "/",
+                                                      [e.guid for e in self._node_readers],
+                                                      [e.guid for e in self._node_writers])
+            ddspy_write(self._graph._ref, rt.serialize(msg, ros_graph.DISCOVERY_TYPE))
 
     # ------------------------------------------------------------------ topics
     def _topic(self, dds_name: str, msg_type: str, service: bool = False) -> Topic:
@@ -93,27 +128,47 @@ class DdsTransport(Transport):
                 raise TransportError(f"{dds_name}: already used with another type than {msg_type}")
             return t
 
-    def _writer(self, dds_name: str, msg_type: str, qos: QosProfile) -> DataWriter:
+    def _writer(self, dds_name: str, msg_type: str, qos: QosProfile, user_data: bytes | None = None,
+                announce: bool = True) -> DataWriter:
         service = dds_name.startswith(("rq/", "rr/"))
-        w = DataWriter(self.participant, self._topic(dds_name, msg_type, service), qos=dds_qos(qos))
+        w = DataWriter(self.participant, self._topic(dds_name, msg_type, service), qos=dds_qos(qos, user_data))
         self._entities.append(w)
+        if announce:
+            self._node_writers.append(w)
+            self._announce()
         return w
 
-    def _reader(self, dds_name: str, msg_type: str, qos: QosProfile, on_bytes: Callable[[bytes], None]) -> DataReader:
-        def on_data(reader: DataReader) -> None:
-            if self.closed:
+    def _dropped(self, dds_name: str, msg_type: str, e: Exception) -> None:
+        self.dropped += 1
+        n = self.dropped
+        if n <= 10 or (n & (n - 1)) == 0:  # the first ten, then at powers of two
+            log.warning("dds: %s: ignored a sample (#%d) that is not a valid %s (%s: %s)", dds_name, n, msg_type,
+                        type(e).__name__, str(e)[:200])
+
+    def _reader(self, dds_name: str, msg_type: str, qos: QosProfile, on_bytes: Callable[..., None],
+                user_data: bytes | None = None, with_info: bool = False) -> DataReader:
+        """on_bytes(data) per valid sample, or on_bytes(data, sample_info) with with_info."""
+        def on_data(reader: DataReader | None) -> None:
+            if self.closed or reader is None:  # None: data arrived while the reader was being made
                 return
             ret = ddspy_take(reader._ref, _ANY, 64)
             if isinstance(ret, int):
                 return
             for data, info in ret:
-                if info.valid_data:
-                    on_bytes(data)
+                if not info.valid_data:
+                    continue
+                try:
+                    on_bytes(data, info) if with_info else on_bytes(data)
+                except Exception as e:  # a bad sample (or callback) must not stop the reader
+                    self._dropped(dds_name, msg_type, e)
 
         service = dds_name.startswith(("rq/", "rr/"))
-        r = DataReader(self.participant, self._topic(dds_name, msg_type, service), qos=dds_qos(qos),
-                       listener=Listener(on_data_available=on_data))
+        r = DataReader(self.participant, self._topic(dds_name, msg_type, service), qos=dds_qos(qos, user_data))
         self._entities.append(r)
+        self._node_readers.append(r)
+        r.set_listener(Listener(on_data_available=on_data))
+        on_data(r)  # what arrived before the listener was set (transient local data)
+        self._announce()
         return r
 
     def publisher(self, topic: str, msg_type: str, qos: QosProfile = COMMAND_QOS) -> DdsPublisher:
@@ -134,63 +189,91 @@ class DdsTransport(Transport):
 
     # ------------------------------------------------------------------ services
     def serve(self, service: str, srv_type: str, handler: Callable[[Any], Any]) -> None:
+        """Answer each request once, in arrival order, on a thread of its own (a handler may
+        take long; the DDS receive thread never runs it)."""
         req_t, rep_t = f"{srv_type}_Request", f"{srv_type}_Response"
         rq, rr = rt.dds_service_topics(service)
         writer = self._writer(rr, rep_t, COMMAND_QOS)
-        pending: list[bytes] = []
-        answered: dict[tuple[int, int], bytes] = {}  # clients resend until answered: run once
-        cond = threading.Condition()
+        pending: queue.Queue[tuple[bytes, int]] = queue.Queue()
+        reader = self._reader(rq, req_t, COMMAND_QOS, lambda data, info: pending.put((bytes(data), info.publication_handle)),
+                              with_info=True)
 
-        def on_request(data: bytes) -> None:
-            with cond:
-                pending.append(bytes(data))
-                cond.notify()
+        def reply_reader_matched(request_writer: int) -> bool:
+            """rmw_cyclonedds' check: a reader our reply writer matched carries the clientid of
+            the request's writer (a writer without one, or one gone, is not waited for)."""
+            try:
+                tag = ros_graph.user_data_key(_user_data(reader.get_matched_publication_data(request_writer).qos), "clientid")
+            except Exception:  # the client left
+                return True
+            if tag is None:
+                return True
+            for h in writer.get_matched_subscriptions():
+                try:
+                    ep = writer.get_matched_subscription_data(h)
+                except Exception:
+                    continue
+                if ros_graph.user_data_key(_user_data(ep.qos), "clientid") == tag:
+                    return True
+            return False
 
-        def loop() -> None:  # answers outside the DDS receive thread (no writes in listeners)
+        def loop() -> None:
             while not self.closed:
-                with cond:
-                    if not pending:
-                        cond.wait(0.05)
-                        continue
-                    data = pending.pop(0)
+                try:
+                    data, request_writer = pending.get(timeout=0.05)
+                except queue.Empty:
+                    continue
                 head = _REQ_HEADER.unpack_from(data, 4)
-                if head not in answered:
+                try:
                     request = rt.deserialize(data[:4] + data[4 + _REQ_HEADER.size:], req_t)
                     body = rt.serialize(handler(request), rep_t)
-                    answered[head] = body[:4] + _REQ_HEADER.pack(*head) + body[4:]
-                    if len(answered) > 256:
-                        answered.pop(next(iter(answered)))
+                except Exception as e:  # no reply; the client times out with a one-line error
+                    self._dropped(rq, req_t, e)
+                    continue
+                end = time.monotonic() + REPLY_READER_WAIT_S
+                while not reply_reader_matched(request_writer) and time.monotonic() < end:
+                    time.sleep(0.01)
                 if not self.closed:
-                    ddspy_write(writer._ref, answered[head])
+                    ddspy_write(writer._ref, body[:4] + _REQ_HEADER.pack(*head) + body[4:])
 
-        self._reader(rq, req_t, COMMAND_QOS, on_request)
         threading.Thread(target=loop, daemon=True, name=f"serve{service}").start()
 
-    def call_service(self, service: str, srv_type: str, request: Any, timeout: float = 5.0) -> Any:
-        req_t, rep_t = f"{srv_type}_Request", f"{srv_type}_Response"
-        if service not in self._clients:  # one request writer and reply reader per service
+    def _client(self, service: str, req_t: str, rep_t: str) -> tuple[DataWriter, DataReader, dict, threading.Condition]:
+        """One request writer and reply reader per service, tagged with one clientid."""
+        if service not in self._clients:
             rq, rr = rt.dds_service_topics(service)
+            tag = f"clientid={self.participant.guid.hex}.{len(self._clients)};".encode()
+            writer = self._writer(rq, req_t, COMMAND_QOS, user_data=tag)
+            own = writer.instance_handle & _U64  # the client id of its requests
             replies: dict[int, bytes] = {}
             cond = threading.Condition()
 
             def on_reply(data: bytes) -> None:
                 guid, s = _REQ_HEADER.unpack_from(data, 4)
-                if guid == self._guid:
+                if guid == own:
                     with cond:
                         replies[s] = bytes(data)
                         cond.notify_all()
 
-            self._reader(rr, rep_t, COMMAND_QOS, on_reply)
-            self._clients[service] = (self._writer(rq, req_t, COMMAND_QOS), replies, cond)
-        writer, replies, cond = self._clients[service]
+            reader = self._reader(rr, rep_t, COMMAND_QOS, on_reply, user_data=tag)
+            self._clients[service] = (writer, reader, replies, cond)
+        return self._clients[service]
+
+    def call_service(self, service: str, srv_type: str, request: Any, timeout: float = 5.0) -> Any:
+        """Wait for the service, send the request once (reliable), wait for its reply."""
+        req_t, rep_t = f"{srv_type}_Request", f"{srv_type}_Response"
+        writer, reader, replies, cond = self._client(service, req_t, rep_t)
+        end = time.monotonic() + timeout
+        while not (writer.get_matched_subscriptions() and reader.get_matched_publications()):
+            if time.monotonic() >= end:
+                raise TransportError(f"service {service}: not available within {timeout:.1f} s "
+                                     f"(is its server running on domain {self.domain_id}?)")
+            time.sleep(0.01)
         seq = next(self._seq)
         body = rt.serialize(request, req_t)
-        data = body[:4] + _REQ_HEADER.pack(self._guid, seq) + body[4:]
-        end = time.monotonic() + timeout
         with cond:
-            while seq not in replies and time.monotonic() < end:  # resend until answered
-                ddspy_write(writer._ref, data)
-                cond.wait(min(0.2, max(end - time.monotonic(), 0)))
+            ddspy_write(writer._ref, body[:4] + _REQ_HEADER.pack(writer.instance_handle & _U64, seq) + body[4:])
+            while seq not in replies and time.monotonic() < end:
+                cond.wait(max(end - time.monotonic(), 0.0))
             reply = replies.pop(seq, None)
         if reply is None:
             raise TransportError(f"service {service}: no reply within {timeout:.1f} s")

@@ -187,6 +187,22 @@ def image(rgb: np.ndarray, frame_id: str = "camera", t: float | None = None) -> 
                                                is_bigendian=0, step=w * 3, data=rgb.reshape(-1))
 
 
+def camera_info(width: int, height: int, fovy_deg: float, frame_id: str = "camera", t: float | None = None) -> Any:
+    """sensor_msgs/msg/CameraInfo of an ideal pinhole camera (no distortion, square pixels) with
+    vertical field of view fovy_deg, as MuJoCo renders: f = (H / 2) / tan(fovy / 2) pixels,
+    principal point at the image centre in OpenCV pixel coordinates ((W - 1) / 2, (H - 1) / 2)."""
+    if width < 1 or height < 1 or not 0.0 < fovy_deg < 180.0:
+        raise MessageError(f"camera_info: need width, height >= 1 and 0 < fovy < 180, got {width}, {height}, {fovy_deg}")
+    f = (height / 2.0) / np.tan(np.deg2rad(fovy_deg) / 2.0)
+    cx, cy = (width - 1) / 2.0, (height - 1) / 2.0
+    k = np.array([f, 0.0, cx, 0.0, f, cy, 0.0, 0.0, 1.0])
+    p = np.array([f, 0.0, cx, 0.0, 0.0, f, cy, 0.0, 0.0, 0.0, 1.0, 0.0])
+    roi = msg_class("sensor_msgs/msg/RegionOfInterest")(x_offset=0, y_offset=0, height=0, width=0, do_rectify=False)
+    return msg_class("sensor_msgs/msg/CameraInfo")(
+        header=header(frame_id, t), height=int(height), width=int(width), distortion_model="plumb_bob",
+        d=np.zeros(5), k=k, r=np.eye(3).reshape(-1), p=p, binning_x=0, binning_y=0, roi=roi)
+
+
 def image_to_rgb(msg: Any) -> np.ndarray:
     """sensor_msgs/msg/Image (rgb8 or bgr8) or CompressedImage (jpeg/png) -> uint8 [H, W, 3]."""
     if hasattr(msg, "format"):  # CompressedImage

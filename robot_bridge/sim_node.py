@@ -4,25 +4,36 @@ Topics (under --namespace):
   publishes  /joint_states        sensor_msgs/JointState   x, y, z (TCP slides, m), finger_left,
                                                            finger_right (m); positions, velocities
              /camera/image_raw    sensor_msgs/Image rgb8   (unless --image-size 0)
+             /camera/camera_info  sensor_msgs/CameraInfo   the MuJoCo camera's pinhole intrinsics
              /privileged          std_msgs/Float64MultiArray  the task's privileged obs (twin extra)
              /success             std_msgs/Bool            the episode succeeded (twin extra)
              /instruction         std_msgs/String
              /reset_done          std_msgs/Int64           echoes a /reset once it took effect
   subscribes /cmd                 std_msgs/Float64MultiArray  4-d action: EE delta xyz, gripper
              /reset               std_msgs/Int64           seed (< 0: the node's own stream)
+  serves     /reset               std_srvs/srv/Trigger     reset from the node's own seed stream;
+                                                           answers once the reset took effect
 Every frame is published in this order, joint states last: privileged, success, instruction,
-image, joint_states; all carry one header stamp (the time the physics state was reached).
+image, camera info, joint states; all carry one header stamp (the time the physics state was
+reached) and show one physics state: at an episode's end, its final state.
+QoS: state topics (joint states, privileged, success, instruction) reliable, keep last 10,
+as ros2_control's joint_state_broadcaster; camera topics best effort (sensor data).
 
 Stepping: by default each command received advances the physics one control step and
-publishes a frame (a twin in lock step with its controller, so results match simulation);
-between commands the last frame is republished at --rate with its old stamp (a heartbeat).
-With --free-run the node steps at --rate, using the newest command or holding. When an
-episode ends the twin holds (commands publish frames but do not move it) until /reset.
+publishes a frame, in the order received (a twin in lock step with its controller, so results
+match simulation); between commands the last frame is republished at --rate with its old stamp
+(a heartbeat). With --free-run the node steps at --rate, using the newest command (older ones
+of a burst are dropped, as a forward command controller does) or holding. When an episode ends
+the twin holds (commands publish frames but do not move it) until a reset. A command that is
+not 4 values finite in float32 is ignored with a logged warning; the simulator clips values to
+[-1, 1].
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import logging
 import os
 import signal
 import sys
@@ -35,10 +46,14 @@ import torch
 
 from robot_bridge import ros_types as rt
 from robot_bridge.cli_args import robot_sim_arguments
-from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, make_transport
+from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, QosProfile, make_transport
 from sims.mujoco.env import MujocoVecEnv
+from sims.vecenv import EnvError
 
 JOINTS = MujocoVecEnv.JOINT_NAMES
+STATE_QOS = QosProfile(reliable=True, depth=10)  # joint_state_broadcaster publishes reliable
+MAX_QUEUED = 1000  # commands waiting to be stepped (lock step); older ones are dropped beyond
+log = logging.getLogger("robot_bridge.sim_node")
 
 
 @dataclass
@@ -67,32 +82,105 @@ class SimRobotNode:
         self.env = make_env(cfg.task, 1, obs_mode="rgb" if rgb else "state", cameras=(cfg.camera,),
                             image_size=(max(cfg.image_size, 8),) * 2, num_threads=1, seed=cfg.seed,
                             reality=cfg.reality)
+        # MujocoVecEnv resets a finished episode inside step(): read the joint state the episode
+        # ended in just before that reset, so that the final frame is one physics snapshot.
+        self._final_js: tuple[np.ndarray, np.ndarray] | None = None
+        env_auto_reset = self.env._auto_reset
+
+        def auto_reset(obs, done_ids) -> None:
+            self._final_js = self._joint_state()
+            env_auto_reset(obs, done_ids)
+
+        self.env._auto_reset = auto_reset
         self.tr = make_transport(cfg.transport, cfg.domain_id, "sim_robot")
         t = cfg.topic
-        self.pub_js = self.tr.publisher(t("/joint_states"), "sensor_msgs/msg/JointState", SENSOR_QOS)
+        self.pub_js = self.tr.publisher(t("/joint_states"), "sensor_msgs/msg/JointState", STATE_QOS)
         self.pub_img = self.tr.publisher(t("/camera/image_raw"), "sensor_msgs/msg/Image", SENSOR_QOS) if rgb else None
-        self.pub_priv = self.tr.publisher(t("/privileged"), "std_msgs/msg/Float64MultiArray", SENSOR_QOS)
-        self.pub_succ = self.tr.publisher(t("/success"), "std_msgs/msg/Bool", SENSOR_QOS)
-        self.pub_instr = self.tr.publisher(t("/instruction"), "std_msgs/msg/String", SENSOR_QOS)
+        self.pub_info = self.tr.publisher(t("/camera/camera_info"), "sensor_msgs/msg/CameraInfo", SENSOR_QOS) if rgb else None
+        self.pub_priv = self.tr.publisher(t("/privileged"), "std_msgs/msg/Float64MultiArray", STATE_QOS)
+        self.pub_succ = self.tr.publisher(t("/success"), "std_msgs/msg/Bool", STATE_QOS)
+        self.pub_instr = self.tr.publisher(t("/instruction"), "std_msgs/msg/String", STATE_QOS)
         self.pub_done = self.tr.publisher(t("/reset_done"), "std_msgs/msg/Int64", COMMAND_QOS)
         self.wake = threading.Event()
-        self.cmd = self.tr.subscribe(t("/cmd"), "std_msgs/msg/Float64MultiArray", COMMAND_QOS,
-                                     callback=lambda m: self.wake.set())
+        self.commands: collections.deque = collections.deque(maxlen=MAX_QUEUED)
+        self.tr.subscribe(t("/cmd"), "std_msgs/msg/Float64MultiArray", COMMAND_QOS, callback=self._on_command)
         self.reset_sub = self.tr.subscribe(t("/reset"), "std_msgs/msg/Int64", COMMAND_QOS,
                                            callback=lambda m: self.wake.set())
+        self._reset_calls: collections.deque = collections.deque()  # events of waiting service calls
+        self.tr.serve(t("/reset"), "std_srvs/srv/Trigger", self._on_reset_call)
         self.stop = threading.Event()
         self.steps = 0
-        self.rejected = 0  # commands that were not 4 finite values
+        self.episodes = 0
+        self.rejected = 0  # commands that were not 4 values finite in float32
         self._reset(cfg.seed)
 
+    # ------------------------------------------------------------------ inputs
+    def _on_command(self, msg) -> None:
+        self.commands.append(msg)
+        self.wake.set()
+
+    def _on_reset_call(self, request):
+        """The /reset service (runs on the transport's service thread): the spin loop resets."""
+        done = threading.Event()
+        self._reset_calls.append(done)
+        self.wake.set()
+        ok = done.wait(10.0) and not self.stop.is_set()
+        return rt.msg_class("std_srvs/srv/Trigger_Response")(
+            success=bool(ok), message=f"episode {self.episodes}" if ok else "robot-sim: reset did not happen")
+
+    def _command(self, msg) -> np.ndarray | None:
+        """A command's 4 values as float32, or None (ignored, logged) if it is not 4 values
+        finite in float32 (1e39 is finite in float64 but inf in float32)."""
+        a = np.asarray(msg.data, np.float64).reshape(-1)
+        with np.errstate(over="ignore", invalid="ignore"):
+            a32 = a.astype(np.float32)
+        if a32.shape == (4,) and np.isfinite(a32).all():
+            return a32
+        why = f"{a.size} values" if a.shape != (4,) else f"not finite in float32: {a.tolist()}"
+        self._reject(f"{why}; expected 4 values finite in float32")
+        return None
+
+    def _reject(self, why: str) -> None:
+        self.rejected += 1
+        n = self.rejected
+        if n <= 10 or (n & (n - 1)) == 0:  # the first ten, then at powers of two
+            log.warning("robot-sim: command #%d on %s ignored (%s)", n, self.cfg.topic("/cmd"), why)
+
+    # ------------------------------------------------------------------ the physics
     def _reset(self, seed: int | None) -> None:
         self.obs, _ = self.env.reset(seed=seed)
+        self.js = self._joint_state()
         self.success, self.finished = False, False
+        self.episodes += 1
         self.stamp = time.time()
 
     def _joint_state(self) -> tuple[np.ndarray, np.ndarray]:
         pos, vel = self.env.joint_state()
-        return pos[0], vel[0]
+        return pos[0].copy(), vel[0].copy()
+
+    def _step(self, action: np.ndarray | None) -> None:
+        if action is not None and not self.finished:
+            try:
+                res = self.env.step(torch.from_numpy(np.array(action, np.float32))[None])
+            except EnvError as e:  # a last line of defence: a command never ends the node
+                self._reject(str(e))
+                res = None
+            if res is not None:
+                self.steps += 1
+                if bool(res.done[0]):
+                    self.obs, self.js = res.final_obs, self._final_js  # the robot stays where the episode ended
+                    self.success, self.finished = bool(res.info["success"][0]), True
+                else:
+                    self.obs, self.js = res.obs, self._joint_state()
+        self.stamp = time.time()
+
+    def _camera_info(self, t: float):
+        import mujoco
+
+        model = self.env.model
+        cam = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, self.cfg.camera)
+        side = self.cfg.image_size
+        return rt.camera_info(side, side, float(model.cam_fovy[cam]), frame_id=self.cfg.camera, t=t)
 
     def publish_frame(self) -> None:
         t = self.stamp
@@ -101,33 +189,17 @@ class SimRobotNode:
         self.pub_instr.publish(rt.scalar("std_msgs/msg/String", self.obs["instruction"][0]))
         if self.pub_img is not None:
             self.pub_img.publish(rt.image(self.obs[f"rgb_{self.cfg.camera}"][0].numpy(), frame_id=self.cfg.camera, t=t))
-        pos, vel = self._joint_state()
+            self.pub_info.publish(self._camera_info(t))
+        pos, vel = self.js
         self.pub_js.publish(rt.joint_state(JOINTS, pos, vel, frame_id="world", t=t))
 
-    def _step(self, action: np.ndarray | None) -> None:
-        if action is not None and not self.finished:
-            res = self.env.step(torch.tensor(np.array(action), dtype=torch.float32)[None])
-            self.steps += 1
-            if bool(res.done[0]):
-                self.obs = res.final_obs  # the robot stays where the episode ended
-                self.success, self.finished = bool(res.info["success"][0]), True
-            else:
-                self.obs = res.obs
-        self.stamp = time.time()
-
-    def _command(self, msg) -> np.ndarray | None:
-        a = np.asarray(msg.data, np.float64).reshape(-1)
-        if a.shape != (4,) or not np.isfinite(a).all():
-            self.rejected += 1
-            return None
-        return a
-
+    # ------------------------------------------------------------------ the loop
     def spin(self, duration: float | None = None) -> None:
         """Serve until stop is set (or duration seconds pass)."""
         period = 1.0 / self.cfg.rate_hz
         end = None if duration is None else time.monotonic() + duration
-        last_cmd, last_reset = 0, 0
-        hold = np.zeros(4)
+        last_reset = 0
+        hold = np.zeros(4, np.float32)
         next_tick = time.monotonic()
         self.publish_frame()
         while not self.stop.is_set() and (end is None or time.monotonic() < end):
@@ -141,21 +213,28 @@ class SimRobotNode:
                 self.publish_frame()
                 next_tick = time.monotonic() + period
                 continue
-            c = self.cmd.latest()
-            fresh = c is not None and c.seq > last_cmd
-            if fresh:
-                last_cmd = c.seq
+            if self._reset_calls:
+                self._reset(None)
+                self.publish_frame()
+                self._reset_calls.popleft().set()
+                next_tick = time.monotonic() + period
+                continue
             if self.cfg.free_run:
                 if time.monotonic() < next_tick:
                     continue
-                a = self._command(c.msg) if fresh else None
+                a = None
+                if self.commands:  # the newest command; the older ones of a burst are dropped
+                    newest = self.commands.pop()
+                    self.commands.clear()
+                    a = self._command(newest)
                 if a is not None:
                     hold[3] = a[3]
                 self._step(a if a is not None else hold.copy())
                 self.publish_frame()
-            elif fresh:
-                self._step(self._command(c.msg))
-                self.publish_frame()
+            elif self.commands:
+                while self.commands:  # lock step: every command one control step, in order
+                    self._step(self._command(self.commands.popleft()))
+                    self.publish_frame()
             elif time.monotonic() >= next_tick:
                 self.publish_frame()  # heartbeat: same state, same stamp
             if time.monotonic() >= next_tick:
@@ -163,6 +242,8 @@ class SimRobotNode:
 
     def close(self) -> None:
         self.stop.set()
+        while self._reset_calls:
+            self._reset_calls.popleft().set()
         self.tr.close()
         self.env.close()
 
@@ -183,8 +264,8 @@ def run(args: argparse.Namespace) -> int:
                         reality=getattr(args, "reality", None))
     from robot_bridge.ros_types import MessageError
     from robot_bridge.transport import TransportError
-    from sims.vecenv import EnvError
 
+    logging.basicConfig(format="%(levelname)s %(message)s")  # warnings of ignored commands on stderr
     try:
         node = SimRobotNode(cfg)
     except (TransportError, MessageError) as e:
