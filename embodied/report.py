@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -238,9 +239,14 @@ def sweeps(t: Tally, conditions: dict) -> tuple[list[str], dict[str, list]]:
                     v, k, n = (np.array(x, dtype=float) for x in zip(*pts))
                     low, high = stats.wilson_interval(k, n)
                     series[axis].append((task, ck, v, k / n, np.asarray(low), np.asarray(high)))
-        lines += ["", f"### {axis}", "", f"![success against {axis}](sweep_{axis}.png)", "",
+        image = [f"![success against {axis}]({_png(axis)})", ""] if series[axis] else []
+        lines += ["", f"### {axis}", "", *image,
                   *_table(["task", axis, *t.checkpoints], rows)]
     return lines, series
+
+
+def _png(axis: str) -> str:
+    return "sweep_" + re.sub(r"[^A-Za-z0-9_.-]", "_", axis) + ".png"
 
 
 def plot_sweeps(series: dict[str, list], out: Path) -> str | None:
@@ -252,6 +258,8 @@ def plot_sweeps(series: dict[str, list], out: Path) -> str | None:
     except ImportError:
         return "matplotlib is not installed (pip install 'embodied-rl[vla]'): the sweep plots were skipped."
     for axis, lines in series.items():
+        if not lines:
+            continue
         tasks = _ordered(line[0] for line in lines)
         colours = {ck: f"C{i % 10}" for i, ck in enumerate(_ordered(line[1] for line in lines))}
         fig, axs = plt.subplots(1, len(tasks), figsize=(1.5 + 3.5 * len(tasks), 3.2), dpi=100,
@@ -265,7 +273,7 @@ def plot_sweeps(series: dict[str, list], out: Path) -> str | None:
         handles, labels = axs[0, 0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="center right", fontsize=7)
         fig.tight_layout(rect=(0, 0, 1 - 1.2 / (1.5 + 3.5 * len(tasks)), 1))
-        fig.savefig(out / f"sweep_{axis}.png")
+        fig.savefig(out / _png(axis))
         plt.close(fig)
     return None
 

@@ -158,6 +158,18 @@ def test_cli_report(tmp_path, capsys):
     assert "DIR: expected a report folder" in capsys.readouterr().err
 
 
+def test_report_minimal(tmp_path):
+    """One checkpoint, nominal only: the sections that need more say what they need."""
+    eps = [e for e in synthetic_episodes(trials=10) if e["checkpoint"] == "ckpt_0" and e["condition"] == "nominal"]
+    conditions = {"nominal": {"kind": "nominal"}, "mass=2.0": {"kind": "sweep", "axis": "mass", "value": 2.0}}
+    write_results(tmp_path / "results.json", PROTOCOL, conditions, eps)
+    md = write_report(tmp_path, reps=100).read_text()
+    assert len(_rows(md, "Success per condition")) == 2
+    assert "### mass" in md and "sweep_mass.png" not in md and not (tmp_path / "sweep_mass.png").exists()
+    assert "Needs a `nominal` and a `robot` condition; results.json has no robot condition." in md
+    assert "results.json has 0 robot condition(s) and 1 checkpoint(s)" in md
+
+
 GOOD = {"format": "embodied-sim2real-results", "version": 1, "protocol": {},
         "conditions": {"nominal": {"kind": "nominal"}},
         "episodes": [{"checkpoint": "a", "condition": "nominal", "task": "T", "seed": 0, "success": True, "length": 5}]}
