@@ -370,17 +370,19 @@ def write_report(folder: str | Path, reps: int = 2000, seed: int = 0) -> Path:
     results = load_results(folder / "results.json")
     t = tally(results)
     sweep_lines, series = sweeps(t, results.conditions)
-    skipped = plot_sweeps(series, folder)
-    videos = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.mp4"))
     lines = ["# Sim-to-real report", "",
              f"Remade by `embodied report DIR` from results.json ({len(results.episodes)} episodes); "
              "how to read it: docs/sim2real.md.", "",
              *protocol_block(results, t, hashlib.sha256(raw).hexdigest()), "",
              *per_condition(t, results.conditions), "",
              *across_tasks(t, results.conditions, reps, seed), "",
-             *sweep_lines, *([skipped] if skipped else []), "",
+             *sweep_lines, "",
              *sim_to_real(t, results.conditions), "",
              *agreement(t, results.conditions), ""]
+    skipped = plot_sweeps(series, folder)  # written once every number is computed: bad input loses nothing
+    if skipped:
+        lines.insert(lines.index("## Sim-to-real gap") - 1, skipped)
+    videos = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.mp4"))
     if videos:
         lines += ["## Videos", "", *[f"- [{v}]({v})" for v in videos], ""]
     path = folder / "report.md"

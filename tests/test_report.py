@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -168,6 +169,15 @@ def test_report_minimal(tmp_path):
     assert "### mass" in md and "sweep_mass.png" not in md and not (tmp_path / "sweep_mass.png").exists()
     assert "Needs a `nominal` and a `robot` condition; results.json has no robot condition." in md
     assert "results.json has 0 robot condition(s) and 1 checkpoint(s)" in md
+
+
+def test_report_without_matplotlib(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    eps = [e for e in synthetic_episodes(trials=10) if e["checkpoint"] == "ckpt_0"]
+    write_results(tmp_path / "results.json", PROTOCOL, CONDITIONS, eps)
+    md = write_report(tmp_path, reps=100).read_text()
+    assert "matplotlib is not installed" in md.split("## Sim-to-real gap")[0].split("## Sweeps")[1]
+    assert not list(tmp_path.glob("*.png"))
 
 
 GOOD = {"format": "embodied-sim2real-results", "version": 1, "protocol": {},
