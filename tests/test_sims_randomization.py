@@ -211,6 +211,8 @@ def test_state_dict_round_trip_with_randomisation():
     b.load_state_dict(saved)
     act = torch.full((N, 4), 0.5)
     np.testing.assert_array_equal(a.step(act).obs["state"].numpy(), b.step(act).obs["state"].numpy())
+    with pytest.raises(EnvError, match="^state_dict: saved with domain randomisation"):
+        env().load_state_dict(saved)
 
 
 @pytest.mark.parametrize("block, field, allowed", [

@@ -369,9 +369,10 @@ class MujocoVecEnv(VecEnv):
         rng = np.random.default_rng()
         rng.bit_generator.state = json.loads(state["rng_state"])
         self._rng, self._seeded = rng, bool(int(state["rng_seeded"]))
+        if (self._dr is None) != ("randomization.queue" not in state):
+            raise EnvError("state_dict: saved with" + ("" if self._dr is None else "out")
+                           + " domain randomisation; build the env with the same randomization/reality")
         if self._dr is not None:
-            if "randomization.queue" not in state:
-                raise EnvError("state_dict: saved without randomisation, this env randomises")
             self._dr.load_state_dict(state)
         self._update_progress(None)
 
