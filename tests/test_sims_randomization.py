@@ -280,3 +280,25 @@ def test_robot_sim_takes_a_reality_preset(dds_env, capsys):
         assert node.env._dr.params["latency_steps"][0] == 1 and node.env._dr.params["friction"][0] == 0.6
     finally:
         node.close()
+
+
+def test_chunk_step_applies_latency_as_single_steps_do():
+    block = fixed(latency_steps=2) | {"friction": [0.5, 1.5]}
+    acts = torch.tensor(np.random.default_rng(2).uniform(-1, 1, (N, 6, 4)), dtype=torch.float32)
+    a, b = env(randomization=block, max_episode_steps=4), env(randomization=block, max_episode_steps=4)
+    for e in (a, b):  # envs 2, 3 one step ahead: they finish first and the chunk runs on a subset
+        e.reset(seed=3)
+        e.step(acts[:, 5])
+        e.reset(seed=[8, 9], env_ids=torch.tensor([0, 1]))
+    res = a.chunk_step(acts)
+    assert res.valid[:, 3].tolist() == [True, True, False, False]
+    finals = {}
+    for k in range(4):
+        r = b.step(acts[:, k])
+        valid = res.valid[:, k].numpy()
+        np.testing.assert_array_equal(res.reward[valid, k].numpy(), r.reward[valid].numpy())
+        for i in np.flatnonzero(r.done.numpy() & valid):
+            finals[i] = r.final_obs["state"][i].numpy()
+    for i, state in finals.items():
+        np.testing.assert_array_equal(res.final_obs["state"][i].numpy(), state)
+    assert len(finals) == N
