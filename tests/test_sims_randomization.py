@@ -283,15 +283,15 @@ def test_robot_sim_takes_a_reality_preset(dds_env, capsys):
 
 
 def test_chunk_step_applies_latency_as_single_steps_do():
-    block = fixed(latency_steps=2) | {"friction": [0.5, 1.5]}
+    block = fixed(latency_steps=1) | {"friction": [0.5, 1.5]}
     acts = torch.tensor(np.random.default_rng(2).uniform(-1, 1, (N, 6, 4)), dtype=torch.float32)
     a, b = env(randomization=block, max_episode_steps=4), env(randomization=block, max_episode_steps=4)
-    for e in (a, b):  # envs 2, 3 one step ahead: they finish first and the chunk runs on a subset
+    for e in (a, b):  # envs 2, 3 two steps ahead: they finish first, the chunk runs on a subset
         e.reset(seed=3)
-        e.step(acts[:, 5])
+        e.step(acts[:, 4]), e.step(acts[:, 5])
         e.reset(seed=[8, 9], env_ids=torch.tensor([0, 1]))
     res = a.chunk_step(acts)
-    assert res.valid[:, 3].tolist() == [True, True, False, False]
+    assert res.valid[:, 2].tolist() == res.valid[:, 3].tolist() == [True, True, False, False]
     finals = {}
     for k in range(4):
         r = b.step(acts[:, k])
