@@ -17,6 +17,10 @@ Pacing: one command per 1 / control_hz. With `sync`, step waits for a joint stat
 streaming states both work. Episodes end on success (topic, classifier or operator) or
 after max_episode_steps; reset by topic (std_msgs/Int64 seed, acknowledged on
 reset_done_topic), service (std_srvs/Trigger) or operator prompt.
+A received message that cannot be used (a joint state without the configured joints, lengths
+that disagree, NaN or inf; a privileged vector of the wrong size; an image that does not fit
+its encoding or config.image_size) is dropped with a logged warning, never raised: the last
+good message stays the latest, and a timeout error names why the last one was dropped.
 """
 
 from __future__ import annotations
@@ -37,6 +41,16 @@ RESETS, SUCCESSES, LAYOUTS = ("topic", "service", "operator"), ("topic", "classi
 COMMAND_TYPES = ("std_msgs/msg/Float64MultiArray", "trajectory_msgs/msg/JointTrajectory")
 IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
 FINGER_MAX = 0.045  # the MuJoCo gripper: gap command = 1 - gap / FINGER_MAX
+
+
+def _dropped(sub: Any) -> str:
+    """The tail of a timeout error: why the subscription's last message was dropped, if any."""
+    return f"; {sub.rejected} ignored, the last because: {sub.last_rejection}" if sub.rejected else ""
+
+
+def _check_pose(msg: Any) -> str | None:
+    p, q = msg.pose.position, msg.pose.orientation
+    return None if np.isfinite([p.x, p.y, p.z, q.w, q.x, q.y, q.z]).all() else "NaN or inf in the pose"
 
 
 def _allowed(name: str, value: Any, allowed: tuple) -> None:
@@ -127,6 +141,14 @@ class RobotEnv(VecEnv):
         self._reset_pub = self.tr.publisher(t(c.reset_topic), "std_msgs/msg/Int64", COMMAND_QOS) if c.reset == "topic" else None
         self._cmd = self.tr.publisher(t(c.command_topic), c.command_type, COMMAND_QOS)
         self.tr.subscribe(t(c.estop_topic), "std_msgs/msg/Bool", COMMAND_QOS, callback=self._on_estop)
+        self._js.check = self._check_joint_state
+        if self._priv is not None:
+            self._priv.check = self._check_privileged
+        if c.image_type == IMAGE_TYPES[0]:
+            for sub in self._images.values():
+                sub.check = self._check_image
+        if self._pose is not None:
+            self._pose.check = _check_pose
         self.commands_sent = 0
         self._stamp = -1.0  # header stamp of the joint state the current obs was built from
         self._grip = 0.0
@@ -139,6 +161,34 @@ class RobotEnv(VecEnv):
         if msg.data and self.safety is not None:
             self.safety.estop("estop topic")
 
+    # ------------------------------------------------------------------ message checks
+    def _check_joint_state(self, js: Any) -> str | None:
+        names = list(js.name)
+        missing = [n for n in self.cfg.joint_names if n not in names]
+        if missing:
+            return f"missing joints {missing}; got {names}"
+        if len(js.position) != len(names) or len(js.velocity) not in (0, len(names)):
+            return f"{len(js.position)} positions and {len(js.velocity)} velocities for {len(names)} joints"
+        idx = [names.index(n) for n in self.cfg.joint_names]
+        values = np.concatenate([np.asarray(js.position, np.float64)[idx],
+                                 np.asarray(js.velocity, np.float64)[idx] if len(js.velocity) else []])
+        return None if np.isfinite(values).all() else "NaN or inf in positions or velocities"
+
+    def _check_privileged(self, msg: Any) -> str | None:
+        p = np.asarray(msg.data, np.float64)
+        if p.size != self.cfg.privileged_dim:
+            return f"expected {self.cfg.privileged_dim} values, got {p.size}"
+        return None if np.isfinite(p).all() else "NaN or inf"
+
+    def _check_image(self, msg: Any) -> str | None:
+        if msg.encoding not in ("rgb8", "bgr8"):
+            return f"encoding {msg.encoding!r}; allowed: rgb8, bgr8"
+        if (msg.height, msg.width) != tuple(self.cfg.image_size):
+            return f"image is {msg.height} x {msg.width}, config.image_size is {tuple(self.cfg.image_size)}"
+        if msg.step < 3 * msg.width or len(msg.data) < msg.step * msg.height:
+            return f"{len(msg.data)} bytes, step {msg.step}, do not hold {msg.height} x {msg.width} rgb"
+        return None
+
     # ------------------------------------------------------------------ observations
     def _fresh_state(self, after_stamp: float) -> Received:
         """Wait for a joint state with a header stamp newer than after_stamp."""
@@ -150,14 +200,16 @@ class RobotEnv(VecEnv):
             got = self._js.wait_newer(seq, left) if left > 0 else None
             if got is None:
                 raise EnvError(f"robot: no new {self.cfg.topic(self.cfg.joint_states_topic)} within "
-                               f"{self.cfg.obs_timeout_s:.1f} s (is the robot driver running on this domain?)")
+                               f"{self.cfg.obs_timeout_s:.1f} s (is the robot driver running on this domain?)"
+                               + _dropped(self._js))
             latest, seq = got, got.seq
         return latest
 
     def _need(self, sub: Any, what: str) -> Received:
         got = sub.latest() or sub.wait_newer(0, self.cfg.obs_timeout_s)
         if got is None:
-            raise EnvError(f"robot: nothing received on {sub.topic} ({what}) within {self.cfg.obs_timeout_s:.1f} s")
+            raise EnvError(f"robot: nothing received on {sub.topic} ({what}) within {self.cfg.obs_timeout_s:.1f} s"
+                           + _dropped(sub))
         return got
 
     def _state_vector(self, js: Any) -> np.ndarray:
@@ -228,7 +280,8 @@ class RobotEnv(VecEnv):
             acked = time.monotonic()
         js = self._js.wait_after(acked, c.obs_timeout_s)
         if js is None:
-            raise EnvError(f"robot: no {c.topic(c.joint_states_topic)} after reset within {c.obs_timeout_s:.1f} s")
+            raise EnvError(f"robot: no {c.topic(c.joint_states_topic)} after reset within {c.obs_timeout_s:.1f} s"
+                           + _dropped(self._js))
         gap = self._state_vector(js.msg)[6] if c.state_layout == "tabletop" else 0.0
         self._grip = float(np.clip(1.0 - gap / FINGER_MAX, -1.0, 1.0))
         if self.safety is not None:

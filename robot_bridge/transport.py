@@ -13,6 +13,7 @@ QoS as ROS 2 does it:
 from __future__ import annotations
 
 import abc
+import logging
 import os
 import random
 import tempfile
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 TRANSPORTS = ("auto", "dds", "rclpy")
+log = logging.getLogger("robot_bridge.transport")
 
 
 class TransportError(RuntimeError):
@@ -51,15 +53,30 @@ class Received:
 
 class Subscription:
     """Holds the latest message of a topic and wakes waiters; callbacks run on the transport's
-    receive thread (keep them short; do not publish from them on DDS)."""
+    receive thread (keep them short; do not publish from them on DDS).
 
-    def __init__(self, topic: str, msg_type: str, callback: Callable[[Any], None] | None = None):
-        self.topic, self.msg_type, self.callback = topic, msg_type, callback
+    check: msg -> None (fine) or a reason; a message with a reason is dropped with a logged
+    warning (the first ten, then at powers of two) and counted in `rejected`, so that `latest`
+    only ever holds a usable message."""
+
+    def __init__(self, topic: str, msg_type: str, callback: Callable[[Any], None] | None = None,
+                 check: Callable[[Any], str | None] | None = None):
+        self.topic, self.msg_type, self.callback, self.check = topic, msg_type, callback, check
         self._latest: Received | None = None
         self._cond = threading.Condition()
         self.count = 0
+        self.rejected = 0
+        self.last_rejection = ""  # why the last dropped message was dropped
 
     def _deliver(self, msg: Any) -> None:
+        why = self.check(msg) if self.check is not None else None
+        if why is not None:
+            self.rejected += 1
+            self.last_rejection = why
+            n = self.rejected
+            if n <= 10 or (n & (n - 1)) == 0:
+                log.warning("%s: message #%d ignored (%s)", self.topic, n, why)
+            return
         now = time.monotonic()
         with self._cond:
             self.count += 1

@@ -38,6 +38,7 @@ class FakeRobot:
         self.violations: list[tuple[list[float], list[float]]] = []
         self.k = 0
         self.moved = False
+        self._moved_lock = threading.Lock()  # a command that lands while publishing is not lost
         self.streaming = threading.Event()
         self.stop = threading.Event()
         self.wake = threading.Event()
@@ -58,7 +59,8 @@ class FakeRobot:
         if a.shape == (4,) and np.isfinite(a).all():
             self.tcp = np.clip(self.tcp + a[:3] * 0.02, *SIM_BOX)
         if not self.stream_hz:
-            self.moved = True
+            with self._moved_lock:
+                self.moved = True
             self.wake.set()
 
     def publish(self, new_state: bool = True) -> None:
@@ -78,8 +80,9 @@ class FakeRobot:
                 self.done_pub.publish(rt.scalar("std_msgs/msg/Int64", r.msg.data))
                 self.publish()
             elif not self.stream_hz:
-                self.publish(new_state=self.moved)
-                self.moved = False
+                with self._moved_lock:
+                    moved, self.moved = self.moved, False
+                self.publish(new_state=moved)
             elif self.streaming.is_set():
                 self.publish()
 
@@ -212,3 +215,50 @@ def test_killed_robot_node_gives_one_line_error_and_keeps_episodes(dds_env, tmp_
             proc.kill()
             proc.wait()
         env.close()
+
+
+class NoisyRobot(FakeRobot):
+    """A FakeRobot whose /joint_states also carry another publisher's unusable messages: after
+    each good state, a bad one with a newer stamp (so it is the newest when the env reads)."""
+
+    def __init__(self, **kw):
+        self.only_bad = False
+        super().__init__(**kw)
+
+    def _bad(self, i: int):
+        names = ["x", "y", "z", "finger_left", "finger_right"]
+        t = 1000.0 + (self.k + 0.5) * 1e-3
+        if i % 3 == 0 or self.only_bad:
+            return rt.joint_state(["shoulder", "elbow"], [0.1, 0.2], t=t)  # another arm's joints
+        if i % 3 == 1:
+            return rt.joint_state(names, [float("nan"), 0.0, 0.1, 0.045, 0.045], np.zeros(5), t=t)
+        return rt.joint_state(names, [0.0, 0.0, 0.1], np.zeros(5), t=t)  # 3 positions for 5 names
+
+    def publish(self, new_state: bool = True) -> None:
+        if not self.only_bad:
+            super().publish(new_state)
+        if new_state:
+            self.k += int(self.only_bad)
+            self.pub.publish(self._bad(self.k))
+
+
+def test_unusable_joint_states_are_dropped_not_raised(dds_env):
+    """Joint states without the configured joints, with NaN, or with lengths that disagree are
+    dropped with a warning; the env keeps stepping on the good ones, and when only bad ones
+    come, the timeout error says why they were dropped."""
+    robot = NoisyRobot()
+    env = _env(control_hz=200.0, obs_timeout_s=0.5)
+    try:
+        obs, _ = env.reset(seed=0)
+        for _ in range(30):
+            res = env.step(torch.tensor([[0.2, 0.0, 0.0, 0.0]]))
+            assert torch.isfinite(res.obs["state"]).all()
+        assert env._js.rejected >= 30
+        assert env.safety.counts["no_position"] == 0
+        robot.only_bad = True
+        with pytest.raises(EnvError, match="ignored, the last because: missing joints") as err:
+            env.step(torch.zeros(1, 4))
+        assert "\n" not in str(err.value)
+    finally:
+        env.close()
+        robot.close()
