@@ -61,5 +61,34 @@ bench: setup
 bench-learning: setup
 	$(PY) benchmarks/bench_vla_recipes.py --seeds 0,1,2 --demos 200 --out runs/bench_learning
 
+# LeRobot's own dataset loader against ours, both ways (benchmarks/lerobot_check.py, docs/datasets.md);
+# never part of `make test`. A side venv, .venv-lerobot, holds `lerobot-dataset` 0.4.4 (module
+# ledataset) with torch pinned as in constraints.txt; the rest of constraints.txt is left out
+# (lerobot-dataset needs av 15, we pin av 18). Its video decoding needs torchcodec 0.13.0 and
+# Debian's FFmpeg 5.1 libraries, installed with apt-get when missing (as root).
+LEROBOT_VENV  := .venv-lerobot
+LEROBOT_STAMP := $(LEROBOT_VENV)/.installed
+LEROBOT_WORK  := .cache/lerobot-check
+FFMPEG_LIBS   := libavcodec59 libavformat59 libavutil57 libswscale6 libswresample4 libavdevice59 libavfilter8
+
+.PHONY: lerobot-check
+lerobot-check: $(STAMP) $(LEROBOT_STAMP)
+	rm -rf $(LEROBOT_WORK)
+	PYTHONPATH=$(CURDIR) $(PY) benchmarks/lerobot_check.py write-ours $(LEROBOT_WORK)
+	$(LEROBOT_VENV)/bin/python benchmarks/lerobot_check.py lerobot-reads $(LEROBOT_WORK)
+	$(LEROBOT_VENV)/bin/python benchmarks/lerobot_check.py write-lerobot $(LEROBOT_WORK)
+	PYTHONPATH=$(CURDIR) $(PY) benchmarks/lerobot_check.py read-lerobot $(LEROBOT_WORK)
+
+$(LEROBOT_STAMP): constraints.txt
+	dpkg -s $(FFMPEG_LIBS) >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+		apt-get install -y -qq $(FFMPEG_LIBS) >/dev/null; } || \
+		{ echo "lerobot-check: needs $(FFMPEG_LIBS) (apt-get install, as root)"; exit 1; }
+	rm -rf $(LEROBOT_VENV)
+	$(PYTHON) -m venv $(LEROBOT_VENV)
+	grep -E '^torch==' constraints.txt > $(LEROBOT_VENV)/torch-constraint.txt
+	env -u PIP_CONSTRAINT $(LEROBOT_VENV)/bin/python -m pip install -q -c $(LEROBOT_VENV)/torch-constraint.txt \
+		lerobot-dataset==0.4.4 torchcodec==0.13.0 torch torchvision==0.28.0
+	touch $(LEROBOT_STAMP)
+
 clean:
 	rm -rf $(VENV) $(MPLIB_VENV) runs .cache/lavapipe
