@@ -168,9 +168,10 @@ def test_actuator_gain_slows_the_servo():
 
     assert (moved(0.05) < 0.6 * moved(None)).all() and (moved(None) > 0.015).all()
     e = env(randomization=fixed(actuator_gain=0.25))
-    kp, kv = e._batch.expanded("actuator_gainprm")[:, :, 0], -e._batch.expanded("actuator_biasprm")[:, :, 2]
+    kp = e._batch.expanded("actuator_gainprm")[:, :, 0]
+    kv = -e._batch.expanded("actuator_biasprm")[:, :, 2]
     np.testing.assert_allclose(kp, np.tile(0.25 * e.model.actuator_gainprm[:, 0], (N, 1)))
-    np.testing.assert_allclose(kv, np.tile(0.5 * -e.model.actuator_biasprm[:, 2], (N, 1)))  # same damping ratio
+    np.testing.assert_allclose(kv, np.tile(0.5 * -e.model.actuator_biasprm[:, 2], (N, 1)))  # same ratio
 
 
 @pytest.mark.parametrize("k", [1, 2])
