@@ -95,6 +95,7 @@ def read_lerobot(work: Path) -> None:
                     chunk_size=2, steps=3, batch_size=4, warmup_steps=1, eval_every=0, eval_episodes=0,
                     save_every=0, run_dir=str(work / "sft"))
     dataset = LeRobotDataset(root, chunk_size=cfg.chunk_size)
+    torch.manual_seed(cfg.seed)  # the initial weights
     summary = train_sft(build_policy(cfg, dataset.stats), dataset, cfg)
     print(f"read-lerobot: SFT {summary['steps']} steps, losses {[round(x, 3) for x in summary['loss']]}")
 
