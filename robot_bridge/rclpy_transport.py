@@ -3,17 +3,22 @@
 Messages stay rosbags dataclasses: publishers send rosbags' CDR bytes through rclpy's raw
 publish (`Publisher.publish(bytes)`), subscriptions are created with `raw=True` and decoded
 by rosbags, so both transports hand the same objects to the bridge. Services convert through
-rclpy.serialization. A MultiThreadedExecutor spins the node on a background thread.
+rclpy.serialization. A MultiThreadedExecutor spins the node on a background thread. As in the
+DDS transport, a message that does not decode, or a callback or service handler that raises, is
+logged and dropped (an exception would otherwise end the executor's thread).
 Not exercised by the tests (no ROS 2 here); written against the Humble rclpy API.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any, Callable
 
 from robot_bridge import ros_types as rt
 from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, Publisher, QosProfile, Subscription, Transport, TransportError
+
+log = logging.getLogger("robot_bridge.rclpy_transport")
 
 
 def _qos(p: QosProfile) -> Any:
@@ -69,8 +74,15 @@ class RclpyTransport(Transport):
                   callback: Callable[[Any], None] | None = None) -> Subscription:
         msg_type = rt.normalize_type(msg_type)
         sub = Subscription(topic, msg_type, callback)
-        self.node.create_subscription(_ros_class(msg_type), topic, lambda data: sub._deliver(rt.deserialize(data, msg_type)),
-                                      _qos(qos), raw=True)
+
+        def on_raw(data: bytes) -> None:
+            try:
+                sub._deliver(rt.deserialize(data, msg_type))
+            except Exception as e:  # a bad sample (or callback) must not end the executor
+                log.warning("rclpy: %s: ignored a message that is not a valid %s (%s: %s)", topic, msg_type,
+                            type(e).__name__, str(e)[:200])
+
+        self.node.create_subscription(_ros_class(msg_type), topic, on_raw, _qos(qos), raw=True)
         return sub
 
     def call_service(self, service: str, srv_type: str, request: Any, timeout: float = 5.0) -> Any:
@@ -94,8 +106,12 @@ class RclpyTransport(Transport):
         srv = _ros_class(srv_type)
 
         def answer(request: Any, response: Any) -> Any:
-            ours = handler(rt.deserialize(serialize_message(request), f"{srv_type}_Request"))
-            return deserialize_message(rt.serialize(ours, f"{srv_type}_Response"), srv.Response)
+            try:
+                ours = handler(rt.deserialize(serialize_message(request), f"{srv_type}_Request"))
+                return deserialize_message(rt.serialize(ours, f"{srv_type}_Response"), srv.Response)
+            except Exception as e:  # answer with the default response rather than end the executor
+                log.warning("rclpy: service %s: handler failed (%s: %s)", service, type(e).__name__, str(e)[:200])
+                return response
 
         self.node.create_service(srv, service, answer)
 
