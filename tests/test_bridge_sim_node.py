@@ -120,7 +120,8 @@ def test_joint_states_match_the_frame_at_episode_end(sim_node):
 def test_ros2_conventions_of_the_twin(sim_node):
     """A subscriber with default (reliable) QoS receives /joint_states; /camera/camera_info
     carries the MuJoCo camera's intrinsics with the image's stamp; std_srvs/Trigger on /reset
-    resets; in lock step, each command of a burst is one control step."""
+    resets (also as RobotEnv's reset="service"); in lock step, each command of a burst is one
+    control step."""
     sim_node("--image-size", "16")
     tr = make_transport("dds", node_name="test_client")
     try:
@@ -149,5 +150,11 @@ def test_ros2_conventions_of_the_twin(sim_node):
         resp = tr.call_service("/reset", "std_srvs/srv/Trigger", req, timeout=10)
         assert resp.success, resp.message
         assert _until(lambda: not np.allclose(priv.latest().msg.data[9:12], goal))  # a new episode, a new goal
+
+        env = RobotEnv(RobotEnvConfig(task="Reach", reset="service", success="classifier", transport="dds",
+                                      obs_timeout_s=5.0), transport=tr, success_fn=lambda obs: False)
+        obs, _ = env.reset()  # RobotEnv's reset by service works against the twin
+        res = env.step(torch.tensor([[0.0, 0.0, 0.5, -1.0]]))
+        assert res.obs["state"][0, 2] > obs["state"][0, 2] + 0.005
     finally:
         tr.close()
