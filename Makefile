@@ -53,7 +53,8 @@ test-fast: setup maniskill
 bench: setup
 	$(PY) -m pip install -q -c constraints.txt -e ".[dev,ros,vla,bench]"
 	$(PY) benchmarks/bench_env.py
-	$(PY) benchmarks/bench_vs_rsl_rl.py
+	$(PY) benchmarks/bench_vs_peers.py
+	$(PY) benchmarks/bench_vla_rl.py --threads 1 --repeats 16
 
 # The PushCube RL recipes over 3 seeds (demos, few-shot SFT and RL per seed; hours on 2 CPU
 # cores): mean and 95% interval of each recipe's lift, and the curves' PNG

@@ -84,6 +84,7 @@ class PPOConfig:
     max_grad_norm: float = 1.0
     target_kl: float | None = None  # stop the update epochs early above this
     normalize_advantages: bool = True
+    normalize_rewards: bool = False  # scale rewards by the running std of the discounted return (PPO)
     logprob_level: Literal["chunk", "action", "token"] = "chunk"  # granularity of the ratio
     reward_level: Literal["chunk", "action"] = "chunk"  # GAE per chunk, or per executed action
     critic_warmup_iters: int = 0  # first iterations update the value head only

@@ -20,6 +20,7 @@ chunk's discounted TD errors).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -28,6 +29,7 @@ from torch import nn
 from embodied.algorithms import action_level_gae, gae, grpo_advantages, grpo_keep_mask, ppo_policy_loss, value_loss
 from embodied.config import GRPOConfig, PPOConfig
 from embodied.trajectory import Trajectory
+from policies.normalizer import RunningNormalizer
 
 
 def flatten_time(x: torch.Tensor) -> torch.Tensor:
@@ -207,12 +209,68 @@ class PolicyGradientLearner:
         self.iteration = state.get("iteration", 0)
 
 
+class ReturnScaler:
+    """Reward scaling by the running standard deviation of the discounted return, as SB3's
+    VecNormalize(norm_reward=True) and gymnasium's NormalizeReward do: every env keeps its
+    return R <- gamma * R + r (reset to 0 after its episode ends), the running variance of R
+    over all envs and steps is updated with every new R, and the learner sees the rewards
+    r / sqrt(var + eps), clipped to +-clip. The mean is not subtracted (a shift of the rewards
+    would change which policy is optimal where episodes end early; a scale does not).
+
+    R runs at GAE's level: one reward per chunk with ppo.reward_level=chunk, one per executed
+    action with reward_level=action (invalid substeps, after an episode's end, are skipped).
+    One scale is applied to a whole rollout, the one after it was seen; SB3 scales each step
+    with the variance up to that step, which differs only in the first iterations."""
+
+    def __init__(self, gamma: float, clip: float = 10.0, eps: float = 1e-8):
+        self.gamma, self.clip, self.eps = gamma, clip, eps
+        self.stats = RunningNormalizer(1)
+        self.ret: torch.Tensor | None = None  # [B] float64, each env's running return
+
+    @torch.no_grad()
+    def __call__(self, rewards: torch.Tensor, valid: torch.Tensor, dones: torch.Tensor) -> torch.Tensor:
+        """rewards float [T, B, n], valid bool [T, B, n], dones bool [T, B] -> the scaled rewards
+        [T, B, n]. n = 1 gives the chunk-level return."""
+        T, B, n = rewards.shape
+        if self.ret is None or self.ret.shape[0] != B:
+            self.ret = torch.zeros(B, dtype=torch.float64)
+        for t in range(T):
+            for k in range(n):
+                v = valid[t, :, k]
+                self.ret = torch.where(v, self.gamma * self.ret + rewards[t, :, k].double(), self.ret)
+                self.stats.update(self.ret[v, None])
+            self.ret = self.ret.masked_fill(dones[t], 0.0)
+        scale = float(1.0 / torch.sqrt(self.stats.var[0] + self.eps))
+        return (rewards * scale).clamp(-self.clip, self.clip)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"stats": self.stats.state_dict(), "ret": self.ret}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.stats.load_state_dict(state["stats"])
+        self.ret = state["ret"]
+
+
 class PPOLearner(PolicyGradientLearner):
     """PPO: chunk-level GAE from the critic; the first `critic_warmup_iters` updates train
-    the value head only."""
+    the value head only. With ppo.normalize_rewards the rewards are scaled by ReturnScaler
+    before GAE; the critic then learns returns of the scaled rewards."""
+
+    def __init__(self, policy: Any, cfg: PPOConfig):
+        super().__init__(policy, cfg)
+        self.reward_scaler = ReturnScaler(cfg.gamma) if cfg.normalize_rewards else None
 
     def update(self, traj: Trajectory) -> dict[str, float]:
         cfg = self.cfg
+        if self.reward_scaler is not None:
+            if cfg.reward_level == "action":
+                scaled = self.reward_scaler(traj.rewards, traj.valid, traj.dones)
+            else:
+                chunk = traj.chunk_rewards[..., None]  # [T, B, 1]
+                scaled = self.reward_scaler(chunk, torch.ones_like(chunk, dtype=torch.bool), traj.dones)
+                # the chunk's scaled reward as its first substep's, so that chunk_rewards sums to it
+                scaled = torch.cat([scaled, torch.zeros_like(traj.rewards[..., 1:])], dim=-1)
+            traj = dataclasses.replace(traj, rewards=scaled)
         if cfg.reward_level == "action":
             values = traj.values if traj.values.dim() == 3 else traj.values[..., None]  # [T, B, n]
             n = values.shape[2]
@@ -234,7 +292,20 @@ class PPOLearner(PolicyGradientLearner):
         stats["explained_variance"] = explained_variance(values[sel], returns[sel])
         stats["advantage_mean"] = float(advantages.mean())
         stats["critic_warmup"] = float(warmup)
+        if self.reward_scaler is not None:
+            stats["reward_scale"] = float(1.0 / torch.sqrt(self.reward_scaler.stats.var[0] + 1e-8))
         return stats
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if self.reward_scaler is not None:
+            state["reward_scaler"] = self.reward_scaler.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        if self.reward_scaler is not None and "reward_scaler" in state:
+            self.reward_scaler.load_state_dict(state["reward_scaler"])
 
 
 class GRPOLearner(PolicyGradientLearner):

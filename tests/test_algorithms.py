@@ -162,3 +162,44 @@ def test_value_loss_clipped_takes_max():
     # Huber with a small delta is linear beyond it: delta * (|e| - delta / 2)
     assert value_loss(v, old, ret, clip=None, huber_delta=0.5).item() == pytest.approx(0.5 * (1.0 - 0.25))
     assert value_loss(v, old, ret, clip=None, huber_delta=10.0).item() == pytest.approx(0.5)
+
+
+# --- reward scaling by the running std of the discounted return (ppo.normalize_rewards) ---
+
+def test_return_scaler_divides_by_the_std_of_every_running_return():
+    from embodied.learner import ReturnScaler
+
+    gamma = 0.5
+    r = torch.tensor([[1.0, 2.0], [3.0, 0.0], [1.0, 4.0]])  # [T=3, B=2]
+    done = torch.tensor([[False, True], [False, False], [False, False]])
+    # env 0: R = 1, 0.5 + 3 = 3.5, 1.75 + 1 = 2.75; env 1: R = 2 (then reset), 0, 4
+    returns = torch.tensor([1.0, 3.5, 2.75, 2.0, 0.0, 4.0], dtype=torch.float64)
+    scale = 1.0 / (returns.var(unbiased=False) + 1e-8).sqrt()
+    scaler = ReturnScaler(gamma)
+    out = scaler(r[..., None], torch.ones(3, 2, 1, dtype=torch.bool), done)
+    torch.testing.assert_close(out[..., 0], (r.double() * scale).float())
+    assert scaler.ret.tolist() == [2.75, 4.0]  # carried to the next rollout
+
+
+def test_return_scaler_skips_invalid_substeps_and_clips():
+    from embodied.learner import ReturnScaler
+
+    scaler = ReturnScaler(gamma=1.0, clip=1.5)
+    r = torch.tensor([[[1.0, 5.0]], [[-1.0, 0.0]]])  # [T=2, B=1, n=2]
+    valid = torch.tensor([[[True, False]], [[True, True]]])
+    out = scaler(r, valid, torch.zeros(2, 1, dtype=torch.bool))
+    returns = torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64)  # 1, 1 - 1, 0 + 0; the 5 is skipped
+    scale = float(1.0 / (returns.var(unbiased=False) + 1e-8).sqrt())
+    torch.testing.assert_close(out, (r * scale).clamp(-1.5, 1.5))
+    assert out.abs().max() == 1.5
+
+
+def test_return_scaler_state_round_trips():
+    from embodied.learner import ReturnScaler
+
+    a, b = ReturnScaler(0.9), ReturnScaler(0.9)
+    r, valid, done = torch.randn(4, 3, 1), torch.ones(4, 3, 1, dtype=torch.bool), torch.zeros(4, 3, dtype=torch.bool)
+    a(r, valid, done)
+    b.load_state_dict(a.state_dict())
+    r2 = torch.randn(4, 3, 1)
+    torch.testing.assert_close(a(r2, valid, done), b(r2, valid, done))
