@@ -138,12 +138,12 @@ class DdsTransport(Transport):
             self._announce()
         return w
 
-    def _dropped(self, dds_name: str, msg_type: str, e: Exception) -> None:
+    def _dropped(self, dds_name: str, what: str, e: Exception) -> None:
         self.dropped += 1
         n = self.dropped
         if n <= 10 or (n & (n - 1)) == 0:  # the first ten, then at powers of two
-            log.warning("dds: %s: ignored a sample (#%d) that is not a valid %s (%s: %s)", dds_name, n, msg_type,
-                        type(e).__name__, str(e)[:200])
+            log.warning("dds: %s: ignored a sample (#%d): %s (%s: %s)", dds_name, n, what, type(e).__name__,
+                        str(e)[:200])
 
     def _reader(self, dds_name: str, msg_type: str, qos: QosProfile, on_bytes: Callable[..., None],
                 user_data: bytes | None = None, with_info: bool = False) -> DataReader:
@@ -160,7 +160,7 @@ class DdsTransport(Transport):
                 try:
                     on_bytes(data, info) if with_info else on_bytes(data)
                 except Exception as e:  # a bad sample (or callback) must not stop the reader
-                    self._dropped(dds_name, msg_type, e)
+                    self._dropped(dds_name, f"not a valid {msg_type}, or its callback failed", e)
 
         service = dds_name.startswith(("rq/", "rr/"))
         r = DataReader(self.participant, self._topic(dds_name, msg_type, service), qos=dds_qos(qos, user_data))
@@ -195,16 +195,17 @@ class DdsTransport(Transport):
         rq, rr = rt.dds_service_topics(service)
         writer = self._writer(rr, rep_t, COMMAND_QOS)
         pending: queue.Queue[tuple[bytes, int]] = queue.Queue()
-        reader = self._reader(rq, req_t, COMMAND_QOS, lambda data, info: pending.put((bytes(data), info.publication_handle)),
-                              with_info=True)
+        reader = self._reader(rq, req_t, COMMAND_QOS, with_info=True,
+                              on_bytes=lambda data, info: pending.put((bytes(data), info.publication_handle)))
 
         def reply_reader_matched(request_writer: int) -> bool:
             """rmw_cyclonedds' check: a reader our reply writer matched carries the clientid of
             the request's writer (a writer without one, or one gone, is not waited for)."""
             try:
-                tag = ros_graph.user_data_key(_user_data(reader.get_matched_publication_data(request_writer).qos), "clientid")
+                request_qos = reader.get_matched_publication_data(request_writer).qos
             except Exception:  # the client left
                 return True
+            tag = ros_graph.user_data_key(_user_data(request_qos), "clientid")
             if tag is None:
                 return True
             for h in writer.get_matched_subscriptions():
@@ -222,12 +223,12 @@ class DdsTransport(Transport):
                     data, request_writer = pending.get(timeout=0.05)
                 except queue.Empty:
                     continue
-                head = _REQ_HEADER.unpack_from(data, 4)
                 try:
+                    head = _REQ_HEADER.unpack_from(data, 4)
                     request = rt.deserialize(data[:4] + data[4 + _REQ_HEADER.size:], req_t)
                     body = rt.serialize(handler(request), rep_t)
                 except Exception as e:  # no reply; the client times out with a one-line error
-                    self._dropped(rq, req_t, e)
+                    self._dropped(rq, f"not a valid {req_t}, or the service handler failed", e)
                     continue
                 end = time.monotonic() + REPLY_READER_WAIT_S
                 while not reply_reader_matched(request_writer) and time.monotonic() < end:

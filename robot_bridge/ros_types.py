@@ -192,7 +192,8 @@ def camera_info(width: int, height: int, fovy_deg: float, frame_id: str = "camer
     vertical field of view fovy_deg, as MuJoCo renders: f = (H / 2) / tan(fovy / 2) pixels,
     principal point at the image centre in OpenCV pixel coordinates ((W - 1) / 2, (H - 1) / 2)."""
     if width < 1 or height < 1 or not 0.0 < fovy_deg < 180.0:
-        raise MessageError(f"camera_info: need width, height >= 1 and 0 < fovy < 180, got {width}, {height}, {fovy_deg}")
+        raise MessageError(f"camera_info: need width, height >= 1 and 0 < fovy < 180, "
+                           f"got {width}, {height}, {fovy_deg}")
     f = (height / 2.0) / np.tan(np.deg2rad(fovy_deg) / 2.0)
     cx, cy = (width - 1) / 2.0, (height - 1) / 2.0
     k = np.array([f, 0.0, cx, 0.0, f, cy, 0.0, 0.0, 1.0])

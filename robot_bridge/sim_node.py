@@ -95,8 +95,10 @@ class SimRobotNode:
         self.tr = make_transport(cfg.transport, cfg.domain_id, "sim_robot")
         t = cfg.topic
         self.pub_js = self.tr.publisher(t("/joint_states"), "sensor_msgs/msg/JointState", STATE_QOS)
-        self.pub_img = self.tr.publisher(t("/camera/image_raw"), "sensor_msgs/msg/Image", SENSOR_QOS) if rgb else None
-        self.pub_info = self.tr.publisher(t("/camera/camera_info"), "sensor_msgs/msg/CameraInfo", SENSOR_QOS) if rgb else None
+        self.pub_img = self.pub_info = None
+        if rgb:
+            self.pub_img = self.tr.publisher(t("/camera/image_raw"), "sensor_msgs/msg/Image", SENSOR_QOS)
+            self.pub_info = self.tr.publisher(t("/camera/camera_info"), "sensor_msgs/msg/CameraInfo", SENSOR_QOS)
         self.pub_priv = self.tr.publisher(t("/privileged"), "std_msgs/msg/Float64MultiArray", STATE_QOS)
         self.pub_succ = self.tr.publisher(t("/success"), "std_msgs/msg/Bool", STATE_QOS)
         self.pub_instr = self.tr.publisher(t("/instruction"), "std_msgs/msg/String", STATE_QOS)
