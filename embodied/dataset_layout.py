@@ -107,7 +107,8 @@ def read_episode_rows(root: Path, total: int) -> list[dict[str, Any]]:
     files = sorted((root / "meta" / "episodes").glob("chunk-*/file-*.parquet"))
     rows = [r for f in files for r in read_table(f).to_pylist()]
     rows = sorted(rows, key=lambda r: r["episode_index"])[:total]  # rows past the commit point are ignored
-    if [r["episode_index"] for r in rows] != list(range(total)):
-        raise DatasetError(f"{root}: meta/episodes lists episodes {[r['episode_index'] for r in rows][:8]}..., "
-                           f"info.json says 0..{total - 1}")
+    missing = sorted(set(range(total)) - {r["episode_index"] for r in rows})
+    if missing:
+        raise DatasetError(f"{root}: meta/episodes lacks episode {missing[0]} ({len(missing)} of the {total} "
+                           "that info.json commits)")
     return rows
