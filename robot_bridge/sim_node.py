@@ -181,8 +181,12 @@ class SimRobotNode:
 
         model = self.env.model
         cam = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, self.cfg.camera)
+        fovy = float(model.cam_fovy[cam])
+        dr = getattr(self.env, "_dr", None)  # a --reality preset may widen or narrow the camera
+        if dr is not None and dr.r.has("camera_fovy"):
+            fovy += float(dr.params["camera_fovy"][0])
         side = self.cfg.image_size
-        return rt.camera_info(side, side, float(model.cam_fovy[cam]), frame_id=self.cfg.camera, t=t)
+        return rt.camera_info(side, side, fovy, frame_id=self.cfg.camera, t=t)
 
     def publish_frame(self) -> None:
         t = self.stamp
