@@ -77,7 +77,8 @@ class EpisodeWriter:
             for a in self.stats.acc.values():  # before the fix an image's count was its pixels, not frames
                 if a["image"] and a["count"] > self.info["total_frames"]:
                     scale = self.info["total_frames"] / a["count"]
-                    a.update(count=self.info["total_frames"], sum=a["sum"] * scale, sumsq=a["sumsq"] * scale)
+                    a.update(count=self.info["total_frames"], sum=a["sum"] * scale, sumsq=a["sumsq"] * scale,
+                             q=None if a["q"] is None else a["q"] * scale)
         else:
             self.info = {"codebase_version": VERSION, "robot_type": "embodied-floating-gripper",
                          "total_episodes": 0, "total_frames": 0, "total_tasks": 0, "chunks_size": CHUNKS_SIZE,

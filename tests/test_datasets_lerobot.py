@@ -253,3 +253,21 @@ def test_fractional_fps_is_exact_or_refused(tmp_path):
     with pytest.raises(DatasetError, match=r"control_hz .*not an exact frame rate") as e:
         EpisodeWriter(tmp_path / "bad", "Reach", {"control_hz": 1 / 3.14159})
     assert "\n" not in str(e.value) and not (tmp_path / "bad").exists()
+
+
+def test_appending_keeps_the_stats(tmp_path):
+    """A new writer on an existing dataset continues its stats (quantiles included) as one writer
+    would; an image count written as pixels (before the fix) becomes frames."""
+    eps = _write_ours(tmp_path / "one")
+    _write_ours(tmp_path / "two")
+    stats_path = tmp_path / "two" / "meta" / "stats.json"
+    old = json.loads(stats_path.read_text())
+    old[VKEY]["count"] = [old[VKEY]["count"][0] * 16 * 16]  # pixels, as before the fix
+    stats_path.write_text(json.dumps(old))
+    for root in ("one", "two"):
+        EpisodeWriter(tmp_path / root, "Reach", {"control_hz": 20.0}).add(eps[0], "reach the goal", seed=9)
+    one, two = (json.loads((tmp_path / r / "meta" / "stats.json").read_text()) for r in ("one", "two"))
+    assert one[VKEY]["count"] == two[VKEY]["count"] == [sum(len(e["action"]) for e in eps) + len(eps[0]["action"])]
+    for name in ("action", VKEY):
+        for k in ("mean", "std", "q01", "q99"):
+            np.testing.assert_allclose(one[name][k], two[name][k], atol=1e-9)
