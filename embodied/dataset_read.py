@@ -88,7 +88,8 @@ def read_episodes(root: str | Path, episodes: list[int] | None = None) -> Iterat
     """Yield each committed episode (or those in `episodes`, in index order) as tensors [L, ...]:
     "obs.<key>" (observation.<key>; obs.privileged for observation.environment_state),
     "obs.rgb_<cam>" uint8 [L, H, W, 3], "action", "reward", "success" where present, plus
-    "instruction" (the task of its first frame) and "seed" (None if not recorded)."""
+    "frame_tasks" (each frame's task text, through task_index), "instruction" (the first
+    frame's) and "seed" (None if not recorded)."""
     root = Path(root)
     meta = read_meta(root)
     total = meta["total_episodes"]
@@ -133,11 +134,13 @@ def read_episodes(root: str | Path, episodes: list[int] | None = None) -> Iterat
             times = row[f"videos/{vkey}/from_timestamp"] + timestamps
             episode[IMAGE_PREFIX + vkey[len(VIDEO_PREFIX):]] = torch.from_numpy(decode_frames(vpath, times))
         if "task_index" in rows.column_names:
-            task_index = int(_column(rows, "task_index")[0])
-            if task_index not in tasks:
-                raise DatasetError(f"{path}: task_index {task_index} is not in meta/tasks.parquet")
-            episode["instruction"] = tasks[task_index]
+            task_index = _column(rows, "task_index").tolist()
+            unknown = sorted(set(task_index) - set(tasks))
+            if unknown:
+                raise DatasetError(f"{path}: task_index {unknown[0]} is not in meta/tasks.parquet")
+            episode["frame_tasks"] = [tasks[t] for t in task_index]
         else:
-            episode["instruction"] = row["tasks"][0]
+            episode["frame_tasks"] = [row["tasks"][0]] * row["length"]
+        episode["instruction"] = episode["frame_tasks"][0]
         episode["seed"] = row.get("seed")
         yield episode

@@ -4,7 +4,7 @@ Item i is frame i of the concatenated episodes:
   "rgb_<cam>"     uint8   [H, W, 3]   for each camera in the dataset
   "state"         float32 [S]         observation.state
   "privileged"    float32 [P]         observation.environment_state (if recorded)
-  "instruction"   str                 the episode's task text
+  "instruction"   str                 the frame's task text (LeRobot's "task")
   "actions"       float32 [K, A]      actions t .. t+K-1; past the episode end the last
                                       action is repeated
   "action_valid"  bool    [K]         False for the repeated padding
@@ -42,7 +42,7 @@ class LeRobotDataset(Dataset):
         self.privileged = cat("obs.privileged").float() if "obs.privileged" in eps[0] else None
         self.images = {cam: cat(f"obs.rgb_{cam}") for cam in self.cameras}
         self.actions = cat("action").float()
-        self.instructions = [e["instruction"] for e in eps for _ in range(len(e["action"]))]
+        self.instructions = [t for e in eps for t in e["frame_tasks"]]
         # Frame t's episode ends at ends[t] (exclusive).
         lengths = torch.tensor([len(e["action"]) for e in eps])
         ends = torch.cumsum(lengths, 0)

@@ -52,8 +52,8 @@ def build_lerobot_dataset(root: Path, size: int = 32) -> dict:
 
     Session 1: episodes 0, 1 in data file-000, episode 2 in data file-001; one mp4 (file-000)
     holds all three, back to back. Session 2 (resumed): episodes 3, 4 in data file-002 and mp4
-    file-001, with their rows in meta/episodes file-001. State [6] and action [6]; no next.*,
-    no seed. Returns the source arrays per episode."""
+    file-001, with their rows in meta/episodes file-001. Episode 4's task changes after its
+    third frame. State [6] and action [6]; no next.*, no seed. Returns the source arrays."""
     lengths, task_of = [6, 9, 7, 5, 8], [0, 1, 0, 1, 1]
     sessions = [{"data": [[0, 1], [2]], "video": 0, "meta": 0}, {"data": [[3, 4]], "video": 1, "meta": 1}]
     starts = np.concatenate([[0], np.cumsum(lengths)])
@@ -75,8 +75,8 @@ def build_lerobot_dataset(root: Path, size: int = 32) -> dict:
                 data["frame_index"] += list(range(n))
                 data["episode_index"] += [e] * n
                 data["index"] += list(range(starts[e], starts[e] + n))
-                data["task_index"] += [task_of[e]] * n
-                rows.append({"episode_index": e, "tasks": [TASKS[task_of[e]]], "length": n,
+                data["task_index"] += [task_of[e]] * n if e != 4 else [1] * 3 + [0] * (n - 3)  # a task change
+                rows.append({"episode_index": e, "tasks": [TASKS[task_of[e]]] if e != 4 else TASKS[::-1], "length": n,
                              "data/chunk_index": 0, "data/file_index": file_index,
                              "dataset_from_index": int(starts[e]), "dataset_to_index": int(starts[e + 1]),
                              f"videos/{VKEY}/chunk_index": 0, f"videos/{VKEY}/file_index": session["video"],
@@ -144,6 +144,8 @@ def test_reads_lerobot_written_dataset(tmp_path):
     np.testing.assert_array_equal(ds[4]["actions"][0].numpy(), built["src"][3]["action"][4])
     assert ds[4]["action_valid"].tolist() == [True, False, False]
     _assert_same_frames(ds[2]["rgb_front"].numpy()[None], built["src"][3]["images"][2:3])
+    ds = LeRobotDataset(tmp_path / "ds", episodes=[4])  # its task changes after frame 3, as LeRobot allows
+    assert [ds[i]["instruction"] for i in range(len(ds))] == [TASKS[1]] * 3 + [TASKS[0]] * 5
     with pytest.raises(ValueError, match=r"episodes: 7 is not an episode index \(allowed 0..4\)"):
         LeRobotDataset(tmp_path / "ds", episodes=[7])
 
