@@ -94,7 +94,7 @@ def read_episodes(root: str | Path, episodes: list[int] | None = None) -> Iterat
     meta = read_meta(root)
     total = meta["total_episodes"]
     if episodes is not None:
-        bad = [e for e in episodes if not isinstance(e, int) or not 0 <= e < total]
+        bad = [e for e in episodes if not isinstance(e, (int, np.integer)) or not 0 <= e < total]
         if bad:
             raise ValueError(f"episodes: {bad[0]!r} is not an episode index (allowed 0..{total - 1})")
     keep = set(range(total)) if episodes is None else set(episodes)
