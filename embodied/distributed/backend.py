@@ -1,0 +1,128 @@
+"""Backends: where the role objects live. The roles are plain classes; a backend only builds
+them and calls their methods.
+
+    local   the objects live in this process (the default; pdb steps into every role).
+            A role built with threaded=True runs its calls on its own thread (pipelined
+            rollout: MuJoCo and torch release the GIL), otherwise calls run inline.
+    ray     the same classes become Ray actors through a factory:
+            ray.remote(cls).options(num_cpus=..., num_gpus=..., label_selector=...).
+
+Both give futures: `backend.call(handle, "method", *args)` starts a call, `backend.get(f)`
+(a future or a list of them) waits for the result.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from embodied.distributed.placement import Placement, PlacementError, RoleSpec, check_address, check_fits, local_resources
+
+
+class LocalHandle:
+    """A role object in this process, with an optional single thread for its calls."""
+
+    def __init__(self, obj: Any, threaded: bool):
+        self.obj = obj
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix=type(obj).__name__) if threaded else None
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, placement: Placement):
+        if placement.learner.count > 1:
+            raise PlacementError(f"placement.learner.count: {placement.learner.count} with backend local; allowed: 1 "
+                                 f"(data-parallel learners run as processes: backend ray)")
+        check_fits(placement, local_resources())
+        self.handles: list[LocalHandle] = []
+
+    def create(self, cls: type, spec: RoleSpec, *args: Any, threaded: bool = False, **kwargs: Any) -> LocalHandle:
+        handle = LocalHandle(cls(*args, **kwargs), threaded)
+        self.handles.append(handle)
+        return handle
+
+    def call(self, handle: LocalHandle, method: str, *args: Any) -> Future:
+        fn = getattr(handle.obj, method)
+        if handle.pool is not None:
+            return handle.pool.submit(fn, *args)
+        fut: Future = Future()
+        fut.set_result(fn(*args))  # inline: an exception propagates here, with its traceback
+        return fut
+
+    def get(self, futures: Any) -> Any:
+        if isinstance(futures, list):
+            return [f.result() for f in futures]
+        return futures.result()
+
+    def kill(self, handle: LocalHandle) -> None:
+        raise NotImplementedError("backend local: roles share this process; killing one would end the run")
+
+    def shutdown(self) -> None:
+        for h in self.handles:
+            if h.pool is not None:
+                h.pool.shutdown(wait=True)
+        self.handles.clear()
+
+
+class RayBackend:
+    """Ray actors for the same classes. ray.init() here when placement.address is None (this
+    machine, no dashboard), else joins the cluster at the address ("auto" or host:port)."""
+
+    name = "ray"
+
+    def __init__(self, placement: Placement, num_cpus: int | None = None):
+        import ray
+
+        check_address(placement.address)
+        self.ray, self.started = ray, False
+        if not ray.is_initialized():
+            try:
+                if placement.address is None:
+                    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+                else:
+                    ray.init(address=placement.address, log_to_driver=False)
+            except ConnectionError as e:
+                raise PlacementError(f"placement.address: {placement.address!r}: {str(e).splitlines()[0]}") from None
+            self.started = True
+        nodes = [n for n in ray.nodes() if n["Alive"]]
+        check_fits(placement, ray.cluster_resources(), [n.get("Labels", {}) for n in nodes])
+        self.actors: list[Any] = []
+
+    def create(self, cls: type, spec: RoleSpec, *args: Any, threaded: bool = False, **kwargs: Any) -> Any:
+        options: dict[str, Any] = {"num_cpus": spec.num_cpus, "num_gpus": spec.num_gpus, "max_restarts": 0}
+        if spec.labels:
+            options["label_selector"] = dict(spec.labels)
+        actor = self.ray.remote(cls).options(**options).remote(*args, **kwargs)
+        self.actors.append(actor)
+        return actor
+
+    def call(self, handle: Any, method: str, *args: Any) -> Any:
+        return getattr(handle, method).remote(*args)
+
+    def get(self, futures: Any) -> Any:
+        return self.ray.get(futures)
+
+    def kill(self, handle: Any) -> None:
+        self.ray.kill(handle, no_restart=True)
+
+    def shutdown(self) -> None:
+        for actor in self.actors:
+            self.ray.kill(actor, no_restart=True)
+        self.actors.clear()
+        if self.started:
+            self.ray.shutdown()
+
+
+def make_backend(name: str, placement: Placement) -> LocalBackend | RayBackend:
+    """`local` (default) or `ray`; anything else is a one-line error."""
+    if name == "local":
+        return LocalBackend(placement)
+    if name == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise PlacementError("backend: ray needs the distributed extra (pip install -c constraints.txt "
+                                 "'.[distributed]')") from None
+        return RayBackend(placement)
+    raise PlacementError(f"backend: unknown backend {name!r}; allowed: local, ray")

@@ -1,0 +1,77 @@
+"""Data-parallel learning with torch.distributed: N learner processes, each on its slice of the
+env dimension, gradients averaged over ranks after every backward pass (gloo on CPU, NCCL on
+GPU), so that every rank takes the same optimiser step.
+
+The learner (embodied/learner.py) is unchanged: DataParallel hooks each parameter's gradient
+(`register_post_accumulate_grad_hook`), so the all-reduce happens inside its backward, before
+gradient clipping. The update equals the single-process one on the whole batch (within float
+error) when each minibatch loss is a mean over samples and the ranks hold equal shares:
+per-minibatch advantage normalisation (ppo.normalize_advantages) uses each rank's own
+statistics, and with several minibatches each rank draws its own permutation, so those
+settings give a statistically equivalent, not identical, update.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from embodied.trajectory import Trajectory
+
+
+def shard_rows(n: int, rank: int, world_size: int) -> slice:
+    """Rank's slice of n envs: consecutive, nearly equal."""
+    base, extra = divmod(n, world_size)
+    lo = rank * base + min(rank, extra)
+    return slice(lo, lo + base + (rank < extra))
+
+
+def shard_trajectory(traj: Trajectory, rank: int, world_size: int) -> Trajectory:
+    """Trajectory [T, B, ...] -> rank's Trajectory [T, B / world_size, ...] (a slice of envs, so
+    GAE over time is unchanged)."""
+    rows = shard_rows(traj.num_envs, rank, world_size)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(traj):
+        v = getattr(traj, f.name)
+        if v is None:
+            out[f.name] = None
+        elif f.name in ("last_value", "group_ids"):  # [B]
+            out[f.name] = v[rows]
+        elif f.name == "instructions":  # T lists of B strings
+            out[f.name] = [step[rows] for step in v]
+        elif isinstance(v, dict):  # obs, replay: [T, B, ...]
+            out[f.name] = {k: x[:, rows] for k, x in v.items()}
+        else:  # [T, B, ...]
+            out[f.name] = v[:, rows]
+    return Trajectory(**out)
+
+
+class DataParallel:
+    """Joins the process group (rank, world_size, master "host:port"), copies rank 0's weights
+    to every rank, and averages each parameter's gradient over ranks as backward produces it."""
+
+    def __init__(self, module: nn.Module, rank: int, world_size: int, master: str):
+        host, port = master.rsplit(":", 1)
+        if not dist.is_initialized():
+            backend = "nccl" if torch.cuda.is_available() and next(module.parameters()).is_cuda else "gloo"
+            dist.init_process_group(backend, init_method=f"tcp://{host}:{port}", rank=rank, world_size=world_size)
+        self.world_size = world_size
+        with torch.no_grad():
+            for t in list(module.parameters()) + list(module.buffers()):
+                dist.broadcast(t.data, src=0)
+        self.hooks = [p.register_post_accumulate_grad_hook(self._average) for p in module.parameters()
+                      if p.requires_grad]
+
+    def _average(self, p: torch.Tensor) -> None:
+        dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+        p.grad /= self.world_size
+
+    def close(self) -> None:
+        for h in self.hooks:
+            h.remove()
+        if dist.is_initialized():
+            dist.destroy_process_group()

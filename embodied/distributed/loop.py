@@ -1,0 +1,86 @@
+"""The synchronous training loop over roles: collect on the rollout role's weights, update on
+the learner(s), push the new weights (with their version) to the rollout role. The same loop
+runs with `backend: local` (one process) and `backend: ray` (actors); with a fixed seed both
+give identical weights (tests/test_distributed_roles.py).
+
+This is the roles' counterpart of embodied/train.py's loop without evaluation, checkpoints
+and TensorBoard (docs/distributed.md says what exists and what does not yet).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import time
+from typing import Any
+
+import torch
+
+from embodied.config import ExperimentConfig
+from embodied.distributed.backend import make_backend
+from embodied.distributed.collect import ShardedCollector
+from embodied.distributed.placement import Placement, PlacementError
+from embodied.distributed.roles import EnvWorker, LearnerWorker, RolloutWorker
+
+
+def shard_sizes(num_envs: int, shards: int) -> list[int]:
+    """num_envs split into `shards` nearly equal consecutive slices."""
+    if shards > num_envs:
+        raise PlacementError(f"placement.env.count: {shards} env workers for env.num_envs={num_envs}; "
+                             f"allowed: at most env.num_envs")
+    return [num_envs // shards + (i < num_envs % shards) for i in range(shards)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def build_roles(cfg: ExperimentConfig, placement: Placement, backend: Any) -> tuple[ShardedCollector, list[Any]]:
+    """Env workers, the rollout role and the learner(s) on `backend`; -> (collector, learners)."""
+    sizes = shard_sizes(cfg.env.num_envs, placement.env.count)
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    threaded = placement.stages > 1
+    workers = [backend.create(EnvWorker, placement.env, cfg.env, start, n, threaded=threaded)
+               for start, n in zip(starts, sizes)]
+    spec = backend.get(backend.call(workers[0], "spec"))
+    spec = dataclasses.replace(spec, num_envs=cfg.env.num_envs)
+    seed = cfg.train.seed
+    rollout = backend.create(RolloutWorker, placement.rollout, cfg, spec, seed)
+    world, master = placement.learner.count, f"127.0.0.1:{free_port()}"
+    learners = [backend.create(LearnerWorker, placement.learner, cfg, spec, seed, 1, rank, world, master)
+                for rank in range(world)]
+    collector = ShardedCollector(backend, workers, sizes, rollout, cfg.ppo.rollout_steps, placement.stages)
+    return collector, learners
+
+
+def train_roles(cfg: ExperimentConfig, placement: Placement, backend_name: str = "local",
+                iterations: int = 1) -> dict[str, Any]:
+    """Run `iterations` synchronous iterations; -> {"weights": the learner's final state_dict,
+    "version": its version, "history": per-iteration stats}. PPO only (GRPO's grouped episode
+    collection has no sharded collector yet)."""
+    if cfg.train.algorithm != "ppo":
+        raise PlacementError(f"train.algorithm: {cfg.train.algorithm!r} with roles; allowed: ppo")
+    backend = make_backend(backend_name, placement)
+    try:
+        if cfg.train.torch_threads:
+            torch.set_num_threads(cfg.train.torch_threads)
+        collector, learners = build_roles(cfg, placement, backend)
+        first = collector.reset(seed=cfg.train.seed)
+        backend.get([backend.call(lrn, "observe", first) for lrn in learners])
+        state, version = backend.get(backend.call(learners[0], "weights"))
+        collector.set_weights(state, version)
+        history = []
+        for _ in range(iterations):
+            batch = collector.collect()
+            t0 = time.perf_counter()
+            stats = backend.get([backend.call(lrn, "update", batch.traj) for lrn in learners])[0]
+            state, version = backend.get(backend.call(learners[0], "weights"))
+            collector.set_weights(state, version)
+            history.append({**stats, **collector.pop_episode_stats(), "env_steps": batch.env_steps,
+                            "weight_version": batch.weight_version, "collect_seconds": batch.seconds["collect"],
+                            "update_seconds": time.perf_counter() - t0})
+        return {"weights": state, "version": version, "history": history}
+    finally:
+        backend.shutdown()

@@ -1,0 +1,154 @@
+"""The roles as plain classes: the same methods whether a backend keeps them in this process
+or makes them Ray actors (embodied/distributed/backend.py). Arguments and results are
+picklable: configs, tensors, small dataclasses.
+
+Each role that draws random numbers owns its torch generator state (`OwnRng`): in one process
+the roles would otherwise share torch's global generator, and the draws of one would shift
+the others', so `local` and `ray` would differ.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import torch
+
+from embodied.config import EnvConfig, ExperimentConfig
+from policies.base import ActOutput
+from sims.vecenv import ChunkStepResult, EnvSpec, Obs
+
+
+class OwnRng:
+    """A role's own torch RNG stream: `with self.own_rng():` swaps it in for the call."""
+
+    def init_rng(self, seed: int) -> None:
+        state = torch.get_rng_state()
+        torch.manual_seed(seed)
+        self._rng = torch.get_rng_state()
+        torch.set_rng_state(state)
+
+    @contextmanager
+    def own_rng(self) -> Iterator[None]:
+        outer = torch.get_rng_state()
+        torch.set_rng_state(self._rng)
+        try:
+            yield
+        finally:
+            self._rng = torch.get_rng_state()
+            torch.set_rng_state(outer)
+
+
+class EnvWorker:
+    """Envs [start, start + num_envs) of a batched env of env_cfg's task, in its own VecEnv.
+    Resets are seeded per env as the full batch's would be (env i gets seed + i)."""
+
+    def __init__(self, env_cfg: EnvConfig, start: int, num_envs: int, threads: int = 1):
+        from embodied.train import build_env  # late: train imports the whole stack
+
+        self.start, self.num_envs = start, num_envs
+        self.env = build_env(dataclasses.replace(env_cfg, num_threads=threads), num_envs)
+
+    def spec(self) -> EnvSpec:
+        return self.env.spec
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def reset(self, seed: int) -> Obs:
+        """-> the first observation, [n, ...] per key."""
+        obs, _ = self.env.reset(seed=[seed + self.start + i for i in range(self.num_envs)])
+        return obs
+
+    def step(self, actions: torch.Tensor) -> ChunkStepResult:
+        """actions float32 [n, K, A] -> this shard's ChunkStepResult ([n, K] rewards / flags)."""
+        from embodied.rollout import env_step
+
+        return env_step(self.env, actions)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def build_role_policy(cfg: ExperimentConfig, spec: EnvSpec, seed: int) -> Any:
+    """The policy as train.py builds it, initialised from `seed`."""
+    from policies.registry import build_policy
+
+    torch.manual_seed(seed)
+    return build_policy(cfg.policy, spec, per_action_value=cfg.ppo.reward_level == "action")
+
+
+class RolloutWorker(OwnRng):
+    """Policy inference for the env workers, on weights pushed by the learner (with a version)."""
+
+    def __init__(self, cfg: ExperimentConfig, spec: EnvSpec, seed: int, threads: int = 1):
+        torch.set_num_threads(threads)
+        self.policy = build_role_policy(cfg, spec, seed)
+        self.version = -1  # no weights pushed yet
+        self.init_rng(seed + 1)
+
+    @torch.no_grad()
+    def act(self, obs: Obs) -> ActOutput:
+        """obs [b, ...] -> the policy's ActOutput (actions [b, K, A], log_prob [b], value, replay)."""
+        with self.own_rng():
+            return self.policy.act(obs)
+
+    @torch.no_grad()
+    def value(self, obs: Obs) -> torch.Tensor:
+        """obs [b, ...] -> V [b] (or [b, n]); zeros for a critic-free policy."""
+        if not self.policy.has_critic:
+            return torch.zeros(len(next(v for v in obs.values() if torch.is_tensor(v))))
+        return self.policy.get_value(obs)
+
+    def has_critic(self) -> bool:
+        return bool(self.policy.has_critic)
+
+    def set_weights(self, state: dict[str, torch.Tensor], version: int) -> int:
+        self.policy.load_state_dict(state)
+        self.version = version
+        return version
+
+
+class LearnerWorker(OwnRng):
+    """The PPO / GRPO learner of train.py on its own copy of the policy. With world_size > 1 it
+    is one rank of a data-parallel group (embodied/distributed/data_parallel.py): it updates on
+    its slice of the env dimension and gradients are averaged over ranks."""
+
+    def __init__(self, cfg: ExperimentConfig, spec: EnvSpec, seed: int, threads: int = 1,
+                 rank: int = 0, world_size: int = 1, master: str = "127.0.0.1:29500"):
+        from embodied.learner import GRPOLearner, PPOLearner
+
+        torch.set_num_threads(threads)
+        self.policy = build_role_policy(cfg, spec, seed)
+        self.learner = (GRPOLearner(self.policy, cfg.ppo, cfg.grpo) if cfg.train.algorithm == "grpo"
+                        else PPOLearner(self.policy, cfg.ppo))
+        self.rank, self.world_size, self.version = rank, world_size, 0
+        if world_size > 1:
+            from embodied.distributed.data_parallel import DataParallel
+
+            self.dp = DataParallel(self.policy, rank, world_size, master)
+        self.init_rng(seed + 2 + rank)
+
+    def observe(self, obs: Obs) -> None:
+        """Update the observation normaliser (train.py does so with the first observation)."""
+        self.policy.update_normalizer(obs)
+
+    def update(self, traj: Any) -> dict[str, float]:
+        """One update on a Trajectory [T, B] (a rank takes its slice of B); the normaliser then
+        sees the whole batch, as in train.py. Bumps the weight version."""
+        batch = traj
+        if self.world_size > 1:
+            from embodied.distributed.data_parallel import shard_trajectory
+
+            batch = shard_trajectory(traj, self.rank, self.world_size)
+        with self.own_rng():
+            stats = self.learner.update(batch)
+        self.policy.update_normalizer(traj.obs)
+        self.version += 1
+        return stats
+
+    def weights(self) -> tuple[dict[str, torch.Tensor], int]:
+        """(the policy's state_dict, its version)."""
+        return {k: v.detach().clone() for k, v in self.policy.state_dict().items()}, self.version
