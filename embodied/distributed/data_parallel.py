@@ -4,7 +4,7 @@ GPU), so that every rank takes the same optimiser step.
 
 The learner (embodied/learner.py) is unchanged: DataParallel hooks each parameter's gradient
 (`register_post_accumulate_grad_hook`), so the all-reduce happens inside its backward, before
-gradient clipping. The update equals the single-process one on the whole batch (within float
+gradient clipping, and the adaptive learning rate follows the KL averaged over ranks. The update equals the single-process one on the whole batch (within float
 error) when each minibatch loss is a mean over samples and the ranks hold equal shares:
 per-minibatch advantage normalisation (ppo.normalize_advantages) uses each rank's own
 statistics, and with several minibatches each rank draws its own permutation, so those
@@ -65,6 +65,22 @@ class DataParallel:
                 dist.broadcast(t.data, src=0)
         self.hooks = [p.register_post_accumulate_grad_hook(self._average) for p in module.parameters()
                       if p.requires_grad]
+
+    def attach(self, learner: Any) -> None:
+        """Keep a PolicyGradientLearner's ranks in step: its adaptive learning rate follows the
+        KL averaged over ranks (its `_adapt_lr` is wrapped on this instance). An early stop on
+        target_kl would be decided per rank and leave the others waiting in an all-reduce, so it
+        is refused."""
+        if learner.cfg.target_kl is not None:
+            raise ValueError(f"ppo.target_kl: {learner.cfg.target_kl} with data-parallel learners; allowed: null")
+        adapt = learner._adapt_lr
+
+        def adapt_on_mean_kl(kl: float) -> None:
+            t = torch.tensor([kl], dtype=torch.float64)
+            dist.all_reduce(t, op=dist.ReduceOp.SUM)
+            adapt(float(t) / self.world_size)
+
+        learner._adapt_lr = adapt_on_mean_kl
 
     def _average(self, p: torch.Tensor) -> None:
         dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)

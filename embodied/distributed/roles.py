@@ -129,6 +129,7 @@ class LearnerWorker(OwnRng):
             from embodied.distributed.data_parallel import DataParallel
 
             self.dp = DataParallel(self.policy, rank, world_size, master)
+            self.dp.attach(self.learner)
         self.init_rng(seed + 2 + rank)
 
     def observe(self, obs: Obs) -> None:
