@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset
 
@@ -51,9 +52,12 @@ class LeRobotDataset(Dataset):
 
     @property
     def stats(self) -> dict[str, dict[str, torch.Tensor]]:
-        """Mean / std / min / max of state and action over the selected frames."""
+        """Mean / std / min / max and the q01 / q99 quantiles (pi0.5's normalisation) of state and
+        action over the selected frames, exact; each [D]."""
         def summary(x: torch.Tensor) -> dict[str, torch.Tensor]:
-            return {"mean": x.mean(0), "std": x.std(0), "min": x.min(0).values, "max": x.max(0).values}
+            q01, q99 = torch.from_numpy(np.quantile(x.double().numpy(), [0.01, 0.99], axis=0)).float()
+            return {"mean": x.mean(0), "std": x.std(0), "min": x.min(0).values, "max": x.max(0).values,
+                    "q01": q01, "q99": q99}
         return {"state": summary(self.state), "action": summary(self.actions)}
 
     def __len__(self) -> int:

@@ -143,6 +143,9 @@ def test_reads_lerobot_written_dataset(tmp_path):
     assert len(ds) == 5 and ds.num_episodes == 1 and ds[0]["instruction"] == TASKS[1]
     np.testing.assert_array_equal(ds[4]["actions"][0].numpy(), built["src"][3]["action"][4])
     assert ds[4]["action_valid"].tolist() == [True, False, False]
+    q = np.quantile(built["src"][3]["state"], [0.01, 0.99], axis=0)
+    np.testing.assert_allclose(ds.stats["state"]["q01"].numpy(), q[0], rtol=1e-6)
+    np.testing.assert_allclose(ds.stats["state"]["q99"].numpy(), q[1], rtol=1e-6)
     _assert_same_frames(ds[2]["rgb_front"].numpy()[None], built["src"][3]["images"][2:3])
     ds = LeRobotDataset(tmp_path / "ds", episodes=[4])  # its task changes after frame 3, as LeRobot allows
     assert [ds[i]["instruction"] for i in range(len(ds))] == [TASKS[1]] * 3 + [TASKS[0]] * 5
