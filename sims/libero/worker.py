@@ -1,0 +1,219 @@
+"""One LIBERO env in its own interpreter (.venv-libero: robosuite 1.4, mujoco 3, LIBERO).
+
+LIBERO pins mujoco < 4 and robosuite 1.4.0, so it cannot live in the project's venv; each env
+of a LiberoVecEnv (sims/libero/env.py) is one of these processes. This file imports only the
+standard library, numpy and LIBERO: never the project.
+
+Usage: python worker.py --suite libero_spatial --task 3 [--height 128 --width 128
+       --cameras agentview,robot0_eye_in_hand --settle 10]
+The worker builds the env, creates a shared-memory block for its observation and writes one
+frame: {"ok": true, "shm": name, "sim_dim": D, "instruction": ..., ...}. Then each request is one
+frame on stdin and gets one frame back. Frame: 4-byte big-endian length, then UTF-8 JSON.
+
+Shared memory (written by the worker after reset / step / set_state, read by the parent):
+  state    float32 [8]            eef pos (3), eef axis-angle (3), gripper qpos (2)
+  sim      float64 [D]            flat MuJoCo state: time, qpos, qvel
+  images   uint8   [C, H, W, 3]   the --cameras in order, upright (rotated 180 degrees); C = 0
+                                  without cameras; written only when a request asks to render
+
+Requests:
+  {"op": "reset", "init": i}            official init state i (soft reset, gripper action
+                                        zeroed, set_init_state), then `settle` no-op steps
+  {"op": "reset", "layout_seed": s}     a new layout from LIBERO's placement samplers, seeded
+  {"op": "step", "actions": [[7] x K], "limit": n, "render": bool}
+      -> {"ok": true, "n": executed, "success": [n bools]}: stops after a success or after
+         `limit` steps, whichever comes first
+  {"op": "get_state"} -> {"ok": true, "sim": [D], "warm": [nv], "grip": [g], "timestep": t}
+  {"op": "set_state", "sim": ..., "warm": ..., "grip": ..., "timestep": t, "render": bool}
+  {"op": "quit"}
+Every reply has "ok"; a failed request gets {"ok": false, "reason": "..."} and the worker goes on.
+LIBERO prints to stdout: the real stdout is kept for frames and fd 1 points at stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import struct
+import sys
+import traceback
+from multiprocessing import shared_memory
+from typing import Any, BinaryIO
+
+import numpy as np
+
+CAMERAS = ("agentview", "robot0_eye_in_hand")  # LIBERO's two cameras
+NOOP = np.array([0, 0, 0, 0, 0, 0, -1], dtype=np.float64)  # the eval scripts' settle action
+
+
+def read_frame(stream: BinaryIO) -> Any | None:
+    head = stream.read(4)
+    if len(head) < 4:
+        return None
+    (n,) = struct.unpack(">I", head)
+    return json.loads(stream.read(n).decode())
+
+
+def write_frame(stream: BinaryIO, obj: Any) -> None:
+    data = json.dumps(obj).encode()
+    stream.write(struct.pack(">I", len(data)) + data)
+    stream.flush()
+
+
+def quat_to_axis_angle(q: np.ndarray) -> np.ndarray:
+    """xyzw quaternion [4] -> axis * angle [3] (the LIBERO eval scripts' convention)."""
+    w = float(np.clip(q[3], -1.0, 1.0))
+    den = np.sqrt(1.0 - w * w)
+    if np.isclose(den, 0.0):
+        return np.zeros(3)
+    return q[:3] * 2.0 * np.arccos(w) / den
+
+
+class Worker:
+    def __init__(self, suite: str, task: str, height: int, width: int, cameras: list[str], settle: int):
+        from libero.libero import benchmark
+        from libero.libero.envs.env_wrapper import ControlEnv
+
+        suites = benchmark.get_benchmark_dict()
+        if suite not in suites:
+            raise ValueError(f"unknown suite {suite!r}; allowed: {', '.join(sorted(suites))}")
+        bench = suites[suite]()
+        names = bench.get_task_names()
+        idx = int(task) if task.isdigit() else (names.index(task) if task in names else -1)
+        if not 0 <= idx < len(names):
+            raise ValueError(f"unknown task {task!r} in {suite}: use an index in [0, {len(names)}) or a task name")
+        self.task = bench.get_task(idx)
+        self.init_states = np.asarray(bench.get_task_init_states(idx), np.float64)  # [N, D]
+        self.env = ControlEnv(bddl_file_name=bench.get_task_bddl_file_path(idx), use_camera_obs=False,
+                              has_offscreen_renderer=bool(cameras), hard_reset=False, ignore_done=True,
+                              camera_heights=height, camera_widths=width)
+        self.env.reset()
+        bad = [c for c in cameras if c not in CAMERAS]
+        if bad:
+            raise ValueError(f"unknown camera {bad[0]!r}; allowed: {', '.join(CAMERAS)}")
+        self.h, self.w, self.cameras, self.settle = height, width, list(cameras), settle
+        self.dim = self.env.get_sim_state().shape[0]
+        n_img = len(cameras) * height * width * 3
+        self.shm = shared_memory.SharedMemory(create=True, size=8 * 4 + self.dim * 8 + max(n_img, 1))
+        buf = self.shm.buf
+        self.state = np.ndarray((8,), np.float32, buffer=buf, offset=0)
+        self.sim = np.ndarray((self.dim,), np.float64, buffer=buf, offset=32)
+        self.images = np.ndarray((len(cameras), height, width, 3), np.uint8, buffer=buf, offset=32 + 8 * self.dim)
+        self.info = {"ok": True, "shm": self.shm.name, "sim_dim": self.dim, "task_index": idx,
+                     "task_name": self.task.name, "instruction": self.task.language,
+                     "bddl_instruction": self.env.language_instruction, "num_init_states": len(self.init_states),
+                     "cameras": self.cameras, "control_hz": float(self.env.env.control_freq)}
+
+    @property
+    def gripper(self):
+        return self.env.robots[0].gripper
+
+    def _write(self, render: bool) -> None:
+        """Observation of the current sim state into shared memory. Read from the sim itself (as
+        robosuite's eef_pos / eef_quat / gripper_qpos sensors do) after mj_forward, not from the
+        observables, whose sampling clocks are not part of the restorable state."""
+        sim, robot = self.env.sim, self.env.robots[0]
+        sim.forward()  # positions of the current qpos (mj_step leaves them one substep behind)
+        xyzw = np.roll(np.asarray(sim.data.get_body_xquat(robot.robot_model.eef_name)), -1)
+        self.state[:3] = sim.data.site_xpos[robot.eef_site_id]
+        self.state[3:6] = quat_to_axis_angle(xyzw)
+        self.state[6:8] = sim.data.qpos[robot._ref_gripper_joint_pos_indexes]
+        self.sim[:] = self.env.get_sim_state()
+        if render:
+            for c, cam in enumerate(self.cameras):
+                img = self.env.sim.render(camera_name=cam, width=self.w, height=self.h)
+                self.images[c] = img[::-1, ::-1]  # OpenGL rows start at the bottom: rotate 180
+
+    def reset(self, req: dict) -> dict:
+        if "layout_seed" in req:
+            np.random.seed(int(req["layout_seed"]))  # robosuite's placement samplers use np.random
+            self.env.reset()
+            self.gripper.current_action = np.zeros_like(self.gripper.current_action)
+            self.env.regenerate_obs_from_state(self.env.get_sim_state())
+        else:
+            i = int(req["init"])
+            if not 0 <= i < len(self.init_states):
+                return {"ok": False, "reason": f"init: {i} not in [0, {len(self.init_states)})"}
+            self.env.reset()  # soft: hard_reset=False keeps the model and the GL context
+            self.gripper.current_action = np.zeros_like(self.gripper.current_action)
+            self.env.set_init_state(self.init_states[i])
+        for _ in range(self.settle):
+            self.env.step(NOOP)
+        self.env.env.timestep = 0
+        self._write(bool(req.get("render", True)))
+        return {"ok": True, "success": bool(self.env.check_success())}
+
+    def step(self, req: dict) -> dict:
+        actions = np.asarray(req["actions"], np.float64).reshape(-1, 7)
+        limit = int(req.get("limit", len(actions)))
+        success: list[bool] = []
+        for a in actions[: max(limit, 0)]:
+            _, _, done, _ = self.env.step(a)
+            success.append(bool(done))  # LIBERO's done is check_success()
+            if done:
+                break
+        if success:
+            self._write(bool(req.get("render", True)))
+        return {"ok": True, "n": len(success), "success": success}
+
+    def get_state(self, req: dict) -> dict:
+        d = self.env.sim.data
+        return {"ok": True, "sim": self.env.get_sim_state().tolist(), "warm": np.asarray(d.qacc_warmstart).tolist(),
+                "grip": np.asarray(self.gripper.current_action).tolist(), "timestep": int(self.env.env.timestep)}
+
+    def set_state(self, req: dict) -> dict:
+        self.gripper.current_action = np.asarray(req["grip"], np.float64)
+        self.env.regenerate_obs_from_state(np.asarray(req["sim"], np.float64))
+        self.env.sim.data.qacc_warmstart[:] = np.asarray(req["warm"], np.float64)
+        self.env.env.timestep = int(req["timestep"])
+        self._write(bool(req.get("render", True)))
+        return {"ok": True}
+
+    def close(self) -> None:
+        try:
+            self.env.close()
+        finally:
+            self.shm.close()
+            self.shm.unlink()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--suite", required=True)
+    p.add_argument("--task", required=True)
+    p.add_argument("--height", type=int, default=128)
+    p.add_argument("--width", type=int, default=128)
+    p.add_argument("--cameras", default="", help="comma-separated camera names; empty: state only")
+    p.add_argument("--settle", type=int, default=10)
+    args = p.parse_args()
+    out = os.fdopen(os.dup(1), "wb")  # frames only
+    os.dup2(2, 1)  # everything LIBERO and robosuite print goes to stderr
+    sys.stdout = sys.stderr
+    inp = sys.stdin.buffer
+    try:
+        worker = Worker(args.suite, args.task, args.height, args.width, [c for c in args.cameras.split(",") if c], args.settle)
+    except Exception as e:  # noqa: BLE001 - reported to the parent in one line
+        traceback.print_exc()
+        write_frame(out, {"ok": False, "reason": f"{type(e).__name__}: {e}"})
+        return
+    try:
+        write_frame(out, worker.info)
+        ops = {"reset": worker.reset, "step": worker.step, "get_state": worker.get_state,
+               "set_state": worker.set_state}
+        while (req := read_frame(inp)) is not None and req.get("op") != "quit":
+            op = ops.get(req.get("op"))
+            if op is None:
+                write_frame(out, {"ok": False, "reason": f"unknown op {req.get('op')!r}; allowed: {', '.join(ops)}"})
+                continue
+            try:
+                write_frame(out, op(req))
+            except Exception as e:  # noqa: BLE001
+                traceback.print_exc()
+                write_frame(out, {"ok": False, "reason": f"{req.get('op')}: {type(e).__name__}: {e}"})
+    finally:
+        worker.close()
+
+
+if __name__ == "__main__":
+    main()
