@@ -29,6 +29,7 @@ class LocalHandle:
 
 class LocalBackend:
     name = "local"
+    dead_errors: tuple[type[BaseException], ...] = ()  # a role cannot die alone in this process
 
     def __init__(self, placement: Placement):
         if placement.learner.count > 1:
@@ -76,6 +77,7 @@ class RayBackend:
 
         check_address(placement.address)
         self.ray, self.started = ray, False
+        self.dead_errors = (ray.exceptions.RayActorError,)  # the actor's process is gone
         if not ray.is_initialized():
             try:
                 if placement.address is None:

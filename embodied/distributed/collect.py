@@ -8,15 +8,21 @@ infers for stage s + 1 (RLinf's 2-stage pipeline):
     infer(0) step(0)...........  infer(0) step(0)...........
              infer(1) step(1)...........  infer(1) step(1)....
 
+Fault tolerance (backend ray): an env worker whose process died (kill -9, a crash of the
+simulator) is rebuilt by `make_worker` and reset with a new seed; its envs' episodes in
+progress are dropped and counted (`dropped_episodes`), and its columns leave this iteration's
+trajectory (they would mix steps of the lost episodes with the new ones). Training goes on.
+
 Stages see different weights' draws than S = 1 (inference on smaller batches), so a pipelined
 run is not bit-identical to a synchronous one, but each is deterministic for a fixed seed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -47,11 +53,31 @@ class RolloutBatch:
     seconds: dict[str, float] = field(default_factory=dict)  # collect, inference (driver-side wait)
 
 
+def take_envs(traj: Trajectory, rows: slice | torch.Tensor) -> Trajectory:
+    """Trajectory [T, B, ...] -> the envs `rows` (a slice or int64 indices) of every field."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(traj):
+        v = getattr(traj, f.name)
+        if v is None:
+            out[f.name] = None
+        elif f.name in ("last_value", "group_ids"):  # [B]
+            out[f.name] = v[rows]
+        elif f.name == "instructions":  # T lists of B strings
+            idx = range(len(v[0]))[rows] if isinstance(rows, slice) else rows.tolist()
+            out[f.name] = [[step[i] for i in idx] for step in v] if v and v[0] else v
+        elif isinstance(v, dict):  # obs, replay: [T, B, ...]
+            out[f.name] = {k: x[:, rows] for k, x in v.items()}
+        else:  # [T, B, ...]
+            out[f.name] = v[:, rows]
+    return Trajectory(**out)
+
+
 class ShardedCollector:
-    """Keeps each shard's current observation between calls and tracks finished episodes."""
+    """Keeps each shard's current observation between calls and tracks finished episodes.
+    make_worker(i, seed) rebuilds shard i after its process died (None: no restarts)."""
 
     def __init__(self, backend: Any, env_workers: list[Any], shard_sizes: list[int], rollout: Any,
-                 num_steps: int, stages: int = 1):
+                 num_steps: int, stages: int = 1, make_worker: Callable[[int], Any] | None = None):
         if len(env_workers) % stages:
             raise ValueError(f"stages: {stages} does not divide the {len(env_workers)} env workers")
         self.backend, self.workers, self.sizes, self.rollout = backend, env_workers, shard_sizes, rollout
@@ -65,9 +91,15 @@ class ShardedCollector:
         self.ep_success = torch.zeros(B, dtype=torch.bool)
         self.finished: list[tuple[float, int, bool]] = []
         self.version = -1
+        self.make_worker, self.seed = make_worker, 0
+        self.starts = [sum(shard_sizes[:i]) for i in range(len(shard_sizes))]
+        self.restarts, self.dropped_episodes = 0, 0
+        self.lost: set[int] = set()  # shards restarted during this collect()
+        self.on_step: Callable[[int], None] | None = None  # called after each policy step t (progress, tests)
 
     def reset(self, seed: int) -> Obs:
         """Seeded reset of every shard; -> the whole batch's first observation."""
+        self.seed = seed
         shards = self.backend.get([self.backend.call(w, "reset", seed) for w in self.workers])
         self.obs = [cat_obs([shards[i] for i in ids]) for ids in self.stage_workers]
         return cat_obs(self.obs)
@@ -77,7 +109,7 @@ class ShardedCollector:
 
     def _finish(self, s: int, out: Any, futures: list[Any]) -> dict[str, Any]:
         """Wait for stage s's shards; -> the step's record (stage rows), advancing self.obs[s]."""
-        results: list[ChunkStepResult] = self.backend.get(futures)
+        results = [self._result(i, f) for i, f in zip(self.stage_workers[s], futures)]
         obs = self.obs[s]
         res_obs = cat_obs([r.obs for r in results])
         term = torch.cat([r.terminated for r in results]).any(1)  # [b]
@@ -96,6 +128,26 @@ class ShardedCollector:
                     bootstrap=bootstrap, replay=out.replay, parts=out.log_prob_parts,
                     track=(reward.sum(1), valid.sum(1), success, term | trunc))
 
+    def _result(self, i: int, future: Any) -> ChunkStepResult:
+        """Shard i's step result; if its process died: restart it (see the module doc) and stand
+        in a step with no valid substeps from the new worker's first observation."""
+        try:
+            return self.backend.get(future)
+        except self.backend.dead_errors:
+            if self.make_worker is None:
+                raise
+        self.restarts += 1
+        self.lost.add(i)
+        self.workers[i] = self.make_worker(i)
+        obs = self.backend.get(self.backend.call(self.workers[i], "reset", self.seed + 7919 * self.restarts))
+        n, rows = self.sizes[i], slice(self.starts[i], self.starts[i] + self.sizes[i])
+        self.dropped_episodes += n  # every env of the shard had an episode in progress
+        self.ep_return[rows], self.ep_length[rows], self.ep_success[rows] = 0.0, 0, False
+        K = self.chunk
+        flags = torch.zeros(n, K, dtype=torch.bool)
+        return ChunkStepResult(obs=obs, reward=torch.zeros(n, K), terminated=flags, truncated=flags,
+                               info={"success": flags}, valid=flags, final_obs=None)
+
     @torch.no_grad()
     def collect(self) -> RolloutBatch:
         """num_steps policy steps of every env -> a RolloutBatch (Trajectory [T, B])."""
@@ -103,11 +155,14 @@ class ShardedCollector:
         b, t0 = self.backend, time.perf_counter()
         records: list[list[dict[str, Any]]] = [[] for _ in range(self.stages)]
         pending: list[tuple[Any, list[Any]] | None] = [None] * self.stages
-        for _ in range(self.num_steps):
+        for t in range(self.num_steps):
+            if self.on_step is not None:
+                self.on_step(t)
             for s, ids in enumerate(self.stage_workers):
                 if pending[s] is not None:
                     records[s].append(self._finish(s, *pending[s]))
                 out = b.get(b.call(self.rollout, "act", self.obs[s]))
+                self.chunk = out.actions.shape[1]
                 actions = split_rows(out.actions, [self.sizes[i] for i in ids])
                 pending[s] = (out, [b.call(self.workers[i], "step", a) for i, a in zip(ids, actions)])
         for s in range(self.stages):
@@ -117,6 +172,11 @@ class ShardedCollector:
             self._track(*st.pop("track"))
         last = torch.cat([start_value(b.get(b.call(self.rollout, "value", o))) for o in self.obs])
         traj = stack_steps(steps, last)
+        if self.lost:  # drop the restarted shards' columns from this iteration
+            keep = torch.ones(traj.num_envs, dtype=torch.bool)
+            for i in self.lost:
+                keep[self.starts[i]:self.starts[i] + self.sizes[i]] = False
+            traj, self.lost = take_envs(traj, keep.nonzero().flatten()), set()
         return RolloutBatch(traj, self.version, int(traj.valid.sum()),
                             {"collect": time.perf_counter() - t0})
 
@@ -155,3 +215,7 @@ class ShardedCollector:
                  "success_rate": sum(x[2] for x in f) / n, "episodes": float(n)}
         self.finished = []
         return stats
+
+    def fault_stats(self) -> dict[str, float]:
+        """Env-worker restarts and episodes dropped with them, since the start."""
+        return {"env_worker_restarts": float(self.restarts), "dropped_episodes": float(self.dropped_episodes)}

@@ -13,13 +13,13 @@ settings give a statistically equivalent, not identical, update.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from embodied.distributed.collect import take_envs
 from embodied.trajectory import Trajectory
 
 
@@ -33,21 +33,7 @@ def shard_rows(n: int, rank: int, world_size: int) -> slice:
 def shard_trajectory(traj: Trajectory, rank: int, world_size: int) -> Trajectory:
     """Trajectory [T, B, ...] -> rank's Trajectory [T, B / world_size, ...] (a slice of envs, so
     GAE over time is unchanged)."""
-    rows = shard_rows(traj.num_envs, rank, world_size)
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(traj):
-        v = getattr(traj, f.name)
-        if v is None:
-            out[f.name] = None
-        elif f.name in ("last_value", "group_ids"):  # [B]
-            out[f.name] = v[rows]
-        elif f.name == "instructions":  # T lists of B strings
-            out[f.name] = [step[rows] for step in v]
-        elif isinstance(v, dict):  # obs, replay: [T, B, ...]
-            out[f.name] = {k: x[:, rows] for k, x in v.items()}
-        else:  # [T, B, ...]
-            out[f.name] = v[:, rows]
-    return Trajectory(**out)
+    return take_envs(traj, shard_rows(traj.num_envs, rank, world_size))
 
 
 class DataParallel:

@@ -42,8 +42,11 @@ def build_roles(cfg: ExperimentConfig, placement: Placement, backend: Any) -> tu
     sizes = shard_sizes(cfg.env.num_envs, placement.env.count)
     starts = [sum(sizes[:i]) for i in range(len(sizes))]
     threaded = placement.stages > 1
-    workers = [backend.create(EnvWorker, placement.env, cfg.env, start, n, threaded=threaded)
-               for start, n in zip(starts, sizes)]
+
+    def make_worker(i: int) -> Any:
+        return backend.create(EnvWorker, placement.env, cfg.env, starts[i], sizes[i], threaded=threaded)
+
+    workers = [make_worker(i) for i in range(len(sizes))]
     spec = backend.get(backend.call(workers[0], "spec"))
     spec = dataclasses.replace(spec, num_envs=cfg.env.num_envs)
     seed = cfg.train.seed
@@ -51,7 +54,8 @@ def build_roles(cfg: ExperimentConfig, placement: Placement, backend: Any) -> tu
     world, master = placement.learner.count, f"127.0.0.1:{free_port()}"
     learners = [backend.create(LearnerWorker, placement.learner, cfg, spec, seed, 1, rank, world, master)
                 for rank in range(world)]
-    collector = ShardedCollector(backend, workers, sizes, rollout, cfg.ppo.rollout_steps, placement.stages)
+    collector = ShardedCollector(backend, workers, sizes, rollout, cfg.ppo.rollout_steps, placement.stages,
+                                 make_worker)
     return collector, learners
 
 
@@ -78,7 +82,8 @@ def train_roles(cfg: ExperimentConfig, placement: Placement, backend_name: str =
             stats = backend.get([backend.call(lrn, "update", batch.traj) for lrn in learners])[0]
             state, version = backend.get(backend.call(learners[0], "weights"))
             collector.set_weights(state, version)
-            history.append({**stats, **collector.pop_episode_stats(), "env_steps": batch.env_steps,
+            history.append({**stats, **collector.pop_episode_stats(), **collector.fault_stats(),
+                            "env_steps": batch.env_steps,
                             "weight_version": batch.weight_version, "collect_seconds": batch.seconds["collect"],
                             "update_seconds": time.perf_counter() - t0})
         return {"weights": state, "version": version, "history": history}
