@@ -1,4 +1,4 @@
-"""`embodied` command line: train, eval, collect, sft, pipeline, robot-sim, serve, report, list.
+"""`embodied` command line: train, eval, collect, sft, pipeline, robot-sim, serve, report, sim2real, list.
 
 Building the parser, `--help` and `embodied list` import nothing heavy (no torch, MuJoCo,
 transformers, ROS/DDS: tests/test_cli_startup.py); each handler imports what it needs.
@@ -107,6 +107,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def cmd_sim2real(args: argparse.Namespace) -> int:
+    from embodied.sim2real import cmd_sim2real as run
+
+    return run(args)
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from sims.registry import MANISKILL_TASK_NAMES, list_tasks  # names only: no MuJoCo, no torch
 
@@ -165,6 +171,19 @@ def parser() -> argparse.ArgumentParser:
     rp.add_argument("--reps", type=int, default=2000, help="bootstrap resamples of the IQM intervals")
     rp.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
     rp.set_defaults(fn=cmd_report)
+    s2r = sub.add_parser("sim2real", help="evaluate checkpoints in simulation, under sweeps and on the robot/twin; "
+                                          "write results.json and a report (docs/sim2real.md)")
+    s2r.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT", help="checkpoint, checkpoints/ or run directory")
+    s2r.add_argument("--task", required=True, help="task the checkpoints were trained on, e.g. PushCube")
+    s2r_robot = s2r.add_mutually_exclusive_group()
+    s2r_robot.add_argument("--twin", metavar="PRESET", help="the robot is the twin with this reality preset, over DDS")
+    s2r_robot.add_argument("--robot", metavar="CONFIG", help="the robot: a YAML of RobotEnvConfig fields")
+    s2r.add_argument("--sweep", metavar="FILE", help="YAML {knob: [v1, v2, ...]}: one condition per value")
+    s2r.add_argument("--trials", type=int, default=100, help="episodes per checkpoint and condition")
+    s2r.add_argument("--num-envs", type=int, default=64, help="simulated envs run at once")
+    s2r.add_argument("--no-videos", action="store_true", help="skip the first-failure videos")
+    s2r.add_argument("--out", required=True, help="report folder")
+    s2r.set_defaults(fn=cmd_sim2real)
     ls = sub.add_parser("list", help="list tasks and configs")
     ls.set_defaults(fn=cmd_list)
     return p
@@ -174,7 +193,8 @@ def parser() -> argparse.ArgumentParser:
 USER_ERRORS = (("embodied.config", "ConfigError"), ("sims.vecenv", "EnvError"),
                ("policies.base", "PolicyLoadError"), ("embodied.checkpoint", "CheckpointError"),
                ("embodied.dataset", "DatasetError"), ("embodied.report", "ReportError"),
-               ("embodied.stats", "StatsError"))
+               ("embodied.stats", "StatsError"),
+               ("embodied.sim2real_robot", "Sim2RealError"))
 
 
 def _user_errors() -> tuple[type, ...]:

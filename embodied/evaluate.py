@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -21,6 +21,7 @@ class EvalResult:
     episode_length: float
     successes: list[bool]  # per seed, in the order given
     video: Path | None = None
+    lengths: list[int] = field(default_factory=list)  # per seed: control steps of the episode
 
     def as_dict(self) -> dict[str, float]:
         return {"success_rate": self.success_rate, "episode_return": self.episode_return,
@@ -74,7 +75,7 @@ def evaluate(policy: Any, env: VecEnv, seeds: Sequence[int], deterministic: bool
         frames += [frames[-1]] * 10  # hold the end for half a second
         video = write_mp4(video_path, np.stack(frames), fps=getattr(env.spec, "control_hz", 20.0))
     k = max(len(successes), 1)
-    return EvalResult(sum(successes) / k, sum(returns) / k, sum(lengths) / k, successes, video)
+    return EvalResult(sum(successes) / k, sum(returns) / k, sum(lengths) / k, successes, video, lengths)
 
 
 def _tile(frames: torch.Tensor) -> np.ndarray:

@@ -1,0 +1,271 @@
+"""`embodied sim2real CHECKPOINT... --task T [--twin PRESET | --robot FILE] [--sweep FILE] --out DIR`.
+
+Every checkpoint is evaluated on the same seeds (embodied.train.eval_seeds: the seeds of
+`embodied eval` and `embodied serve`), one episode per seed, deterministic actions:
+  nominal        simulation without randomisation, batched (--num-envs envs at once);
+  <knob>=<v>     simulation with one knob fixed at v, for each value of each axis of the sweep
+                 file (YAML {knob: [v1, v2, ...]}, the knobs of sims/mujoco/randomization.py);
+  twin:<preset>  the twin (`embodied robot-sim --reality PRESET`) over ROS 2 DDS in a second
+                 process, or `robot` for a real robot (--robot, a RobotEnvConfig YAML); seeded
+                 resets, so each robot episode starts where the simulated one with that seed did.
+It writes DIR/results.json (every episode and the protocol), videos of the first failure per
+simulated condition (DIR/videos/), and the report (embodied/report.py: DIR/report.md, PNGs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from embodied.sim2real_robot import Sim2RealError, Twin, observed_cameras, robot_config_from_file, run_robot
+
+SUCCESS = ("the task's success predicate (sims/mujoco/tasks/) holds at some control step; the episode "
+           "ends there (terminated) or after the task's max_episode_steps (a failure)")
+RUN_SIZE = 10  # consecutive evaluation seeds per run: the unit of the IQM's bootstrap
+
+
+@dataclass
+class Checkpoint:
+    label: str  # unique name in the report: <run dir>/<checkpoint>
+    path: Path
+    cfg: Any  # ExperimentConfig the checkpoint was trained with
+    policy: Any
+
+
+def load_checkpoints(paths: list[str], task: str) -> list[Checkpoint]:
+    from embodied.checkpoint import resolve_checkpoint
+    from embodied.train import config_from_checkpoint
+    from policies.base import Policy
+
+    out = []
+    for p in paths:
+        ckpt = resolve_checkpoint(p)
+        cfg = config_from_checkpoint(ckpt)
+        label = f"{ckpt.parent.parent.name}/{ckpt.name}" if ckpt.parent.name == "checkpoints" else ckpt.name
+        if cfg.env.task != task:
+            raise Sim2RealError(f"--task: {task!r} does not match checkpoint {label}'s task {cfg.env.task!r}")
+        if any(c.label == label for c in out):
+            raise Sim2RealError(f"CHECKPOINT: {label} is given twice")
+        policy = Policy.from_pretrained(ckpt / "policy")
+        policy.eval()
+        out.append(Checkpoint(label, ckpt, cfg, policy))
+    return out
+
+
+def load_sweep(path: str | Path | None) -> dict[str, list[float]]:
+    """A sweep file {knob: [v1, v2, ...]} -> the same, validated (one-line Sim2RealError naming the field)."""
+    from sims.mujoco.randomization import KNOBS, RandomizationError, from_values
+
+    if path is None:
+        return {}
+    path = Path(path)
+    if not path.is_file():
+        raise Sim2RealError(f"--sweep: {path} does not exist (a YAML mapping knob: [v1, v2, ...])")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise Sim2RealError(f"--sweep: {path} is not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(raw, dict) or not raw:
+        raise Sim2RealError(f"sweep: expected a mapping knob: [v1, v2, ...], got {raw!r:.80}")
+    sweep = {}
+    for knob, values in raw.items():
+        if knob not in KNOBS:
+            raise Sim2RealError(f"sweep: unknown key {knob!r}; allowed: {', '.join(KNOBS)}")
+        if not isinstance(values, list) or not values:
+            raise Sim2RealError(f"sweep.{knob}: expected a non-empty list of values, got {values!r}")
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise Sim2RealError(f"sweep.{knob}: expected numbers (a vector knob's value applies to each "
+                                    f"component), got {v!r}")
+            try:
+                from_values({knob: v}, "sweep")
+            except RandomizationError as e:
+                raise Sim2RealError(str(e)) from None
+        sweep[knob] = [float(v) for v in values]
+    return sweep
+
+
+def conditions_of(sweep: dict[str, list[float]], robot: str | None) -> dict[str, dict]:
+    """results.json conditions: name -> {"kind", "axis"?, "value"?} (nominal, sweeps, robot last)."""
+    conds = {"nominal": {"kind": "nominal"}}
+    for knob, values in sweep.items():
+        for v in values:
+            conds[f"{knob}={v:g}"] = {"kind": "sweep", "axis": knob, "value": v}
+    if robot is not None:
+        conds[robot] = {"kind": "robot"}
+    return conds
+
+
+def sim_env(ck: Checkpoint, cond: dict, num_envs: int) -> Any:
+    """The checkpoint's own observation setup; no randomisation, or the one swept knob fixed."""
+    from embodied.train import build_env
+
+    block = None
+    if cond["kind"] == "sweep":
+        block = {cond["axis"]: [cond["value"], cond["value"]]}
+    env_cfg = dataclasses.replace(ck.cfg.env, randomization=block, reality=None, num_threads=1)
+    return build_env(env_cfg, num_envs)
+
+
+def run_sim(ck: Checkpoint, cond: dict, seeds: list[int], num_envs: int) -> tuple[list[bool], list[int], int]:
+    """Batched episodes: (successes [N], lengths [N] in control steps, chunk size K)."""
+    from embodied.evaluate import evaluate
+
+    env = sim_env(ck, cond, min(num_envs, len(seeds)))
+    try:
+        res = evaluate(ck.policy, env, seeds)
+        obs, _ = env.reset(seed=list(range(env.num_envs)))
+        chunk = int(ck.policy.act(obs, deterministic=True).actions.shape[1])
+    finally:
+        env.close()
+    return res.successes, res.lengths, chunk
+
+
+def first_failure_video(ck: Checkpoint, cond: dict, seed: int, path: Path) -> Path | None:
+    """Re-run one failed seed in a 1-env simulation (same seed, same condition) and record it."""
+    from embodied.evaluate import evaluate
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    env = sim_env(ck, cond, 1)
+    try:
+        return evaluate(ck.policy, env, [seed], video_path=path, video_episodes=1).video
+    finally:
+        env.close()
+
+
+def versions() -> tuple[str, dict[str, str]]:
+    from importlib import metadata
+
+    import mujoco
+    import torch
+
+    try:
+        toolkit = metadata.version("embodied-rl")
+    except metadata.PackageNotFoundError:
+        toolkit = "unknown"
+    return toolkit, {"mujoco": mujoco.__version__, "torch": torch.__version__}
+
+
+def protocol_of(cks: list[Checkpoint], task: str, seeds: list[int], sweep: dict, robot: dict | None,
+                chunk: dict[str, int], num_envs: int) -> dict:
+    from embodied.train import build_env
+
+    spec_env = build_env(dataclasses.replace(cks[0].cfg.env, randomization=None, reality=None), 1)
+    control_hz, max_steps = spec_env.spec.control_hz, spec_env.spec.max_episode_steps
+    spec_env.close()
+    config = {"task": task, "seeds": seeds, "sweep": sweep, "robot": robot, "deterministic": True,
+              "checkpoints": {c.label: dataclasses.asdict(c.cfg) for c in cks}}
+    toolkit, sims = versions()
+    ks = sorted(set(chunk.values()))
+    return {
+        "seeds": seeds,
+        "trials_per_condition": len(seeds),
+        "chunk_size": ks[0] if len(ks) == 1 else chunk,
+        "executed_steps": "every action of each chunk (an episode may end inside a chunk)",
+        "control_hz": control_hz,
+        "max_episode_steps": max_steps,
+        "success": SUCCESS,
+        "actions": "deterministic (the policy's mean / argmax)",
+        "run": f"a block of {RUN_SIZE} consecutive seeds (the `run` field; the unit of the IQM interval)",
+        "sim_envs_per_batch": num_envs,
+        "robot": robot,
+        "sweep": sweep,
+        "checkpoints": {c.label: c.path.name for c in cks},
+        "toolkit_version": toolkit,
+        "simulator_versions": sims,
+        "config_hash": hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16],
+    }
+
+
+def sim2real(checkpoints: list[str], task: str, out: str | Path, trials: int = 100, sweep_file: str | None = None,
+             twin: str | None = None, robot_file: str | None = None, num_envs: int = 64, videos: bool = True,
+             log=print) -> Path:
+    """Evaluate, write out/results.json and out/report.md; returns the report's path."""
+    from embodied.report import write_report, write_results
+    from embodied.train import eval_seeds
+    from sims.mujoco.randomization import RandomizationError, load_preset
+
+    if trials < 1 or num_envs < 1:
+        raise Sim2RealError(f"--trials, --num-envs: expected >= 1, got {trials}, {num_envs}")
+    if twin and robot_file:
+        raise Sim2RealError("--twin, --robot: give one robot, the twin or a real robot's config")
+    sweep = load_sweep(sweep_file)  # every input is checked before anything runs
+    robot, robot_name = None, None
+    if twin:
+        try:
+            preset = load_preset(twin)
+        except RandomizationError as e:
+            raise Sim2RealError(f"--twin: {e}") from None
+        robot = {"kind": "twin", "preset": preset.name,
+                 "values": {k: v.tolist() for k, v in preset.low.items()}, "transport": "dds (loopback)"}
+        robot_name = f"twin:{preset.name}"
+    cks = load_checkpoints(checkpoints, task)
+    for c in cks if twin else []:
+        if len(observed_cameras(c.cfg)) > 1:
+            raise Sim2RealError(f"--twin: the twin publishes one camera; checkpoint {c.label} reads "
+                                f"{list(observed_cameras(c.cfg))}; allowed: checkpoints of at most one camera")
+    robot_cfgs = {}
+    if robot_file:
+        robot_cfgs = {c.label: robot_config_from_file(robot_file, c.cfg, c.label) for c in cks}
+        robot = {"kind": "robot", "config": yaml.safe_load(Path(robot_file).read_text())}
+        robot_name = "robot"
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    seeds = eval_seeds(trials)
+    conds = conditions_of(sweep, robot_name)
+    episodes: list[dict] = []
+    chunk: dict[str, int] = {}
+    failed: dict[str, tuple[Checkpoint, int]] = {}
+
+    def record(ck: Checkpoint, name: str, succ: list[bool], lengths: list[int]) -> None:
+        for i, (s, n) in enumerate(zip(succ, lengths)):
+            episodes.append({"checkpoint": ck.label, "condition": name, "task": task, "seed": seeds[i],
+                             "success": bool(s), "length": int(n), "run": i // RUN_SIZE})
+            if not s and name not in failed:
+                failed[name] = (ck, seeds[i])
+        log(f"  {ck.label:32s} {name:24s} success {sum(succ)}/{len(succ)}")
+
+    t0 = time.monotonic()
+    for ck in cks:
+        for name, cond in conds.items():
+            if cond["kind"] != "robot":
+                succ, lengths, chunk[ck.label] = run_sim(ck, cond, seeds, num_envs)
+                record(ck, name, succ, lengths)
+    sim_s = time.monotonic() - t0
+    robot_s, interventions = 0.0, {}
+    if robot_name is not None:
+        tw = Twin(task, twin, cks[0].cfg, cks[0].label, out / "twin.log") if twin else None
+        try:
+            for ck in cks:
+                rc = tw.robot_config(ck.cfg) if tw else robot_cfgs[ck.label]
+                succ, lengths, info = run_robot(ck.policy, rc, seeds, tw)
+                robot_s += info["wall_s"]
+                interventions[ck.label] = info["safety_interventions"]
+                record(ck, robot_name, succ, lengths)
+        finally:
+            if tw is not None:
+                tw.close()
+    protocol = protocol_of(cks, task, seeds, sweep, robot, chunk, num_envs)
+    protocol["wall_s"] = {"simulation": round(sim_s, 1), "robot": round(robot_s, 1)}
+    if robot_name is not None:  # the safety layer clips like the simulator; anything else shows here
+        protocol["robot_safety_interventions"] = interventions
+    write_results(out / "results.json", protocol, conds, episodes)
+    for name, (ck, seed) in failed.items() if videos else []:
+        if conds[name]["kind"] != "robot":  # the twin publishes no frames a state policy needs
+            safe = name.replace("=", "_").replace(":", "_").replace("/", "_")
+            first_failure_video(ck, conds[name], seed, out / "videos" / f"{safe}_seed{seed}.mp4")
+    return write_report(out)
+
+
+def cmd_sim2real(args) -> int:
+    path = sim2real(args.checkpoints, args.task, args.out, trials=args.trials, sweep_file=args.sweep,
+                    twin=args.twin, robot_file=args.robot, num_envs=args.num_envs, videos=not args.no_videos)
+    print(f"wrote {path}")
+    return 0

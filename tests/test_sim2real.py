@@ -1,0 +1,136 @@
+"""`embodied sim2real`: results.json complete and the report remade from it, bad input named in
+one line before anything runs, and the twin over real DDS in a second process (seeded resets:
+a twin without a reality gap repeats the simulation episode for episode)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from embodied.cli import main
+from embodied.report import PROTOCOL_KEYS
+
+ROOT = Path(__file__).resolve().parent.parent
+TRIALS = 12
+
+
+@pytest.fixture(scope="module")
+def reach_run(tmp_path_factory):
+    """A Reach run of 4 PPO iterations of 32 envs, a checkpoint after each: some successes, not all."""
+    from embodied.config import load_config
+    from embodied.train import train
+
+    run_dir = tmp_path_factory.mktemp("reach_run")
+    train(load_config(ROOT / "configs" / "ppo_reach.yaml",
+                      ["train.total_steps=4096", f"train.run_dir={run_dir}", "train.progress=false",
+                       "train.eval_every=0", "train.eval_episodes=4", "train.video_episodes=0",
+                       "train.save_every=1", "env.num_envs=32"]))
+    return run_dir
+
+
+def _sim2real(args: list[str], capsys) -> tuple[int, str]:
+    capsys.readouterr()
+    rc = main(["sim2real", *args])
+    return rc, capsys.readouterr().err.strip()
+
+
+def test_results_complete_and_report_remade(reach_run, tmp_path, capsys):
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text("friction: [0.3, 1.0]\nlatency_steps: [2]\n")
+    ckpts = [str(reach_run / "checkpoints" / f"iter_{i:06d}") for i in (1, 4)]
+    out = tmp_path / "report"
+    rc, err = _sim2real([*ckpts, "--task", "Reach", "--sweep", str(sweep), "--trials", str(TRIALS),
+                         "--num-envs", "6", "--out", str(out)], capsys)
+    assert rc == 0, err
+    data = json.loads((out / "results.json").read_text())
+    conds = ["nominal", "friction=0.3", "friction=1", "latency_steps=2"]
+    assert list(data["conditions"]) == conds
+    assert data["conditions"]["friction=0.3"] == {"kind": "sweep", "axis": "friction", "value": 0.3}
+    eps = data["episodes"]
+    assert len(eps) == 2 * len(conds) * TRIALS
+    labels = {e["checkpoint"] for e in eps}
+    assert labels == {f"{reach_run.name}/iter_000001", f"{reach_run.name}/iter_000004"}
+    for label in labels:
+        for c in conds:
+            mine = [e for e in eps if e["checkpoint"] == label and e["condition"] == c]
+            assert [e["seed"] for e in mine] == list(range(1_000_000, 1_000_000 + TRIALS))
+            assert [e["run"] for e in mine] == [i // 10 for i in range(TRIALS)]
+            assert all(e["task"] == "Reach" and 1 <= e["length"] <= 50 for e in mine)
+            assert all(e["length"] == 50 for e in mine if not e["success"])  # a failure runs to the end
+    assert any(e["success"] for e in eps) and not all(e["success"] for e in eps)
+    protocol = data["protocol"]
+    assert set(PROTOCOL_KEYS) <= set(protocol)
+    assert protocol["seeds"] == list(range(1_000_000, 1_000_000 + TRIALS)) and protocol["trials_per_condition"] == TRIALS
+    assert protocol["chunk_size"] == 1 and protocol["control_hz"] == 20.0
+    assert protocol["sweep"] == {"friction": [0.3, 1.0], "latency_steps": [2.0]}
+    # A two-step delay costs the trained checkpoint episodes or steps: the condition took effect.
+    last = f"{reach_run.name}/iter_000004"
+    nominal = [e for e in eps if e["checkpoint"] == last and e["condition"] == "nominal"]
+    delayed = [e for e in eps if e["checkpoint"] == last and e["condition"] == "latency_steps=2"]
+    assert [(e["success"], e["length"]) for e in nominal] != [(e["success"], e["length"]) for e in delayed]
+    # Videos: the first failure of each simulated condition that had one.
+    failed = {e["condition"] for e in eps if not e["success"]}
+    videos = sorted(p.name for p in (out / "videos").glob("*.mp4"))
+    assert len(videos) == len(failed) and all(p.stat().st_size > 1000 for p in (out / "videos").glob("*.mp4"))
+    report = (out / "report.md").read_text()
+    assert "## Sweeps" in report and (out / "sweep_friction.png").is_file() and videos[0] in report
+    # `embodied report DIR` remakes the same report from results.json alone.
+    (out / "report.md").unlink()
+    assert main(["report", str(out)]) == 0
+    assert (out / "report.md").read_text() == report
+
+
+@pytest.mark.parametrize("extra, sweep, field", [
+    ([], "frcition: [0.5]\n", "sweep: unknown key 'frcition'; allowed: friction"),
+    ([], "mass: [1.0, -0.5]\n", "sweep.mass: -0.5 is outside physical sense"),
+    ([], "friction: [-0.1]\n", "sweep.friction: -0.1 is outside physical sense"),
+    (["--robot", "ROBOT"], None, "robot.image_topics: cameras ['front'] do not match checkpoint"),
+    (["--twin", "no_such_preset"], None, "--twin: reality: no preset 'no_such_preset'"),
+    (["--task", "PushCube"], None, "--task: 'PushCube' does not match checkpoint"),
+])
+def test_bad_input_is_one_line_naming_the_field(reach_run, tmp_path, capsys, extra, sweep, field):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_text("earlier results\n")  # a bad call loses nothing
+    args = [str(reach_run), "--task", "Reach", "--trials", "4", "--out", str(out)]
+    if sweep is not None:
+        (tmp_path / "sweep.yaml").write_text(sweep)
+        args += ["--sweep", str(tmp_path / "sweep.yaml")]
+    robot = tmp_path / "robot.yaml"  # a camera robot for a state checkpoint
+    robot.write_text("image_topics: {front: /camera/image_raw}\nprivileged_topic: /privileged\n"
+                     "privileged_dim: 15\n")
+    args += [str(robot) if a == "ROBOT" else a for a in extra]
+    rc, err = _sim2real(args, capsys)
+    assert rc == 2
+    assert len(err.splitlines()) == 1 and field in err, err
+    assert (out / "results.json").read_text() == "earlier results\n" and not (out / "report.md").exists()
+
+
+def test_twin_over_dds_repeats_simulation_seed_for_seed(reach_run, tmp_path, capsys, dds_env):
+    """The twin (`embodied robot-sim`, a second process, real DDS on loopback) with a preset of
+    no differences: seeded resets start it where the simulation started, so every episode's
+    outcome and length match. With twin_gap's differences the same seeds give other episodes."""
+    preset = tmp_path / "no_gap.yaml"
+    preset.write_text("description: nominal\nvalues: {}\n")
+    ckpt = str(reach_run / "checkpoints" / "iter_000004")
+    for name in ("no_gap", "twin_gap"):
+        out = tmp_path / name
+        twin = str(preset) if name == "no_gap" else name
+        rc, err = _sim2real([ckpt, "--task", "Reach", "--twin", twin, "--trials", "8", "--num-envs", "8",
+                             "--no-videos", "--out", str(out)], capsys)
+        assert rc == 0, err
+        data = json.loads((out / "results.json").read_text())
+        assert "robot-sim: Reach on domain" in (out / "twin.log").read_text()  # its own process
+        sim = [(e["seed"], e["success"], e["length"]) for e in data["episodes"] if e["condition"] == "nominal"]
+        twin_eps = [(e["seed"], e["success"], e["length"]) for e in data["episodes"]
+                    if e["condition"] == f"twin:{name}"]
+        assert len(sim) == len(twin_eps) == 8
+        assert data["protocol"]["robot"]["preset"] == name
+        if name == "no_gap":
+            assert twin_eps == sim
+            assert data["protocol"]["robot_safety_interventions"][f"{reach_run.name}/iter_000004"].keys() <= {"range", "workspace"}
+        else:
+            assert twin_eps != sim
+            assert "## Sim-to-real gap" in (out / "report.md").read_text()
