@@ -18,7 +18,9 @@ Shared memory (written by the worker after reset / step / set_state, read by the
 
 Requests:
   {"op": "reset", "init": i}            official init state i (soft reset, gripper action
-                                        zeroed, set_init_state), then `settle` no-op steps
+                                        zeroed, set_init_state), then `settle` no-op steps;
+                                        "hard": true rebuilds the model first, as LIBERO's
+                                        default hard_reset does (the reference for the soft one)
   {"op": "reset", "layout_seed": s}     a new layout from LIBERO's placement samplers, seeded
   {"op": "step", "actions": [[7] x K], "limit": n, "render": bool}
       -> {"ok": true, "n": executed, "success": [n bools]}: stops after a success or after
@@ -135,8 +137,15 @@ class Worker:
             i = int(req["init"])
             if not 0 <= i < len(self.init_states):
                 return {"ok": False, "reason": f"init: {i} not in [0, {len(self.init_states)})"}
-            self.env.reset()  # soft: hard_reset=False keeps the model and the GL context
-            self.gripper.current_action = np.zeros_like(self.gripper.current_action)
+            if req.get("hard"):  # the official protocol: rebuild the model (seconds; for checks)
+                self.env.env.hard_reset = True
+                try:
+                    self.env.reset()
+                finally:
+                    self.env.env.hard_reset = False
+            else:
+                self.env.reset()  # soft: hard_reset=False keeps the model and the GL context
+                self.gripper.current_action = np.zeros_like(self.gripper.current_action)
             self.env.set_init_state(self.init_states[i])
         for _ in range(self.settle):
             self.env.step(NOOP)
