@@ -11,12 +11,16 @@ most double the throughput). Modes, all with backend local and the same envs:
                  while the policy infers for the other stage
 
 Usage: python benchmarks/bench_pipeline.py [--envs 64] [--steps 32] [--repeats 3]
-Repeats alternate the modes; the table gives the median of each and the ratios to sync.
+Repeats alternate the modes; the table gives the median of each and the ratios to sync, and
+the CPU time this process got per second of wall time while collecting (cpu/wall): on a
+2-core machine a pipeline can only pay where it is near 2 in pipelined mode; on a machine
+shared with other jobs it is lower, and the ratio says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import time
 
@@ -63,21 +67,26 @@ def balance(envs: int, threads: int) -> tuple[int, float, float]:
     return best
 
 
-def run_train_py(cfg: object, threads: int) -> float:
+def cpu_seconds() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def run_train_py(cfg: object, threads: int) -> tuple[float, float]:
     torch.set_num_threads(threads)
     env = build_env(cfg.env)
     torch.manual_seed(0)
     collector = RolloutCollector(env, build_policy(cfg.policy, env.spec), cfg.ppo.rollout_steps)
     collector.reset(seed=0)
     collector.collect()  # warm-up
-    t = time.perf_counter()
+    t, c = time.perf_counter(), cpu_seconds()
     traj = collector.collect()
-    rate = int(traj.valid.sum()) / (time.perf_counter() - t)
+    wall = time.perf_counter() - t
     env.close()
-    return rate
+    return int(traj.valid.sum()) / wall, (cpu_seconds() - c) / wall
 
 
-def run_roles(cfg: object, stages: int) -> float:
+def run_roles(cfg: object, stages: int) -> tuple[float, float]:
     torch.set_num_threads(1)
     place = preset("pipelined" if stages > 1 else "collocated", env_workers=2)
     backend = LocalBackend(place)
@@ -85,8 +94,10 @@ def run_roles(cfg: object, stages: int) -> float:
         collector, _ = build_roles(cfg, place, backend)
         collector.reset(seed=0)
         collector.collect()  # warm-up
+        c = cpu_seconds()
         batch = collector.collect()
-        return batch.env_steps / batch.seconds["collect"]
+        wall = batch.seconds["collect"]
+        return batch.env_steps / wall, (cpu_seconds() - c) / wall
     finally:
         backend.shutdown()
 
@@ -104,16 +115,16 @@ def main() -> None:
     print(f"balanced load: MLP [{hidden},{hidden}]; half-batch env step {env_s * 1e3:.1f} ms, "
           f"inference {inf_s * 1e3:.1f} ms (1 thread each)")
     roles_cfg = config(args.envs, args.steps, hidden, 1)
-    rates: dict[str, list[float]] = {"train.py": [], "sync": [], "pipelined": []}
+    rates: dict[str, list[tuple[float, float]]] = {"train.py": [], "sync": [], "pipelined": []}
     for _ in range(args.repeats):
         rates["train.py"].append(run_train_py(config(args.envs, args.steps, hidden, args.threads), args.threads))
         rates["sync"].append(run_roles(roles_cfg, 1))
         rates["pipelined"].append(run_roles(roles_cfg, 2))
-    sync = statistics.median(rates["sync"])
-    print(f"{'mode':<10} {'env steps/s (median)':>21} {'vs sync':>8}  runs")
+    sync = statistics.median(x for x, _ in rates["sync"])
+    print(f"{'mode':<10} {'env steps/s (median)':>21} {'vs sync':>8} {'cpu/wall':>9}  runs")
     for mode, r in rates.items():
-        med = statistics.median(r)
-        print(f"{mode:<10} {med:>21.0f} {med / sync:>7.2f}x  {', '.join(f'{x:.0f}' for x in r)}")
+        med, cpu = statistics.median(x for x, _ in r), statistics.median(c for _, c in r)
+        print(f"{mode:<10} {med:>21.0f} {med / sync:>7.2f}x {cpu:>9.2f}  {', '.join(f'{x:.0f}' for x, _ in r)}")
 
 
 if __name__ == "__main__":
