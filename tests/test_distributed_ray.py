@@ -14,6 +14,7 @@ from embodied.distributed.loop import build_roles, train_roles
 from embodied.distributed.placement import preset
 
 pytestmark = pytest.mark.ray
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # before Ray's import: Ray on 127.0.0.1 only
 ray = pytest.importorskip("ray")
 
 TINY = ["env.task=PushCube", "env.num_envs=8", "ppo.rollout_steps=8", "ppo.minibatches=2", "ppo.epochs=1",
@@ -32,6 +33,7 @@ def test_local_and_ray_backends_give_identical_weights():
     local = train_roles(cfg, preset("collocated", 2), "local", iterations=2)
     remote = train_roles(cfg, preset("collocated", 2), "ray", iterations=2)
     assert remote["version"] == local["version"] == 2
+    assert local["where"]["env"][0]["pid"] == os.getpid() != remote["where"]["env"][0]["pid"]
     for k, v in local["weights"].items():
         assert torch.equal(v, remote["weights"][k]), k
     assert local["history"][0]["approx_kl"] == remote["history"][0]["approx_kl"]
@@ -51,14 +53,14 @@ def test_killed_env_worker_is_restarted_and_its_episodes_dropped():
         collector, learners = build_roles(cfg, place, backend)
         collector.reset(seed=0)
         collector.set_weights(*backend.get(backend.call(learners[0], "weights")))
-        pid = backend.get(backend.call(collector.workers[0], "pid"))
+        pid = backend.get(backend.call(collector.workers[0], "where"))["pid"]
         collector.on_step = lambda t: kill_and_wait(pid) if t == 5 else None
         batch = collector.collect()
         collector.on_step = None
         assert collector.fault_stats() == {"env_worker_restarts": 1.0, "dropped_episodes": 4.0}
         assert batch.traj.num_envs == 4  # the killed shard's columns left this iteration
         assert batch.traj.actions.shape[:2] == (16, 4)
-        assert backend.get(backend.call(collector.workers[0], "pid")) != pid
+        assert backend.get(backend.call(collector.workers[0], "where"))["pid"] != pid
         stats = backend.get(backend.call(learners[0], "update", batch.traj))  # training goes on
         assert stats["samples"] == 16 * 4
         again = collector.collect()

@@ -62,7 +62,7 @@ def build_roles(cfg: ExperimentConfig, placement: Placement, backend: Any) -> tu
 def train_roles(cfg: ExperimentConfig, placement: Placement, backend_name: str = "local",
                 iterations: int = 1) -> dict[str, Any]:
     """Run `iterations` synchronous iterations; -> {"weights": the learner's final state_dict,
-    "version": its version, "history": per-iteration stats}. PPO only (GRPO's grouped episode
+    "version": its version, "history": per-iteration stats, "where": pid and node of every role}. PPO only (GRPO's grouped episode
     collection has no sharded collector yet)."""
     if cfg.train.algorithm != "ppo":
         raise PlacementError(f"train.algorithm: {cfg.train.algorithm!r} with roles; allowed: ppo")
@@ -75,6 +75,8 @@ def train_roles(cfg: ExperimentConfig, placement: Placement, backend_name: str =
         backend.get([backend.call(lrn, "observe", first) for lrn in learners])
         state, version = backend.get(backend.call(learners[0], "weights"))
         collector.set_weights(state, version)
+        ask = lambda hs: backend.get([backend.call(h, "where") for h in hs])  # noqa: E731
+        placed = {"env": ask(collector.workers), "rollout": ask([collector.rollout]), "learner": ask(learners)}
         history = []
         for _ in range(iterations):
             batch = collector.collect()
@@ -86,6 +88,6 @@ def train_roles(cfg: ExperimentConfig, placement: Placement, backend_name: str =
                             "env_steps": batch.env_steps,
                             "weight_version": batch.weight_version, "collect_seconds": batch.seconds["collect"],
                             "update_seconds": time.perf_counter() - t0})
-        return {"weights": state, "version": version, "history": history}
+        return {"weights": state, "version": version, "history": history, "where": placed}
     finally:
         backend.shutdown()

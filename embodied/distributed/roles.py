@@ -21,6 +21,26 @@ from policies.base import ActOutput
 from sims.vecenv import ChunkStepResult, EnvSpec, Obs
 
 
+def where() -> dict[str, Any]:
+    """{"pid": this process, "node": the Ray node id when run by Ray, else "local"}."""
+    node = "local"
+    try:
+        import ray
+
+        if ray.is_initialized():
+            node = ray.get_runtime_context().get_node_id()
+    except ImportError:
+        pass
+    return {"pid": os.getpid(), "node": node}
+
+
+class Role:
+    """What every role answers: where it runs."""
+
+    def where(self) -> dict[str, Any]:
+        return where()
+
+
 class OwnRng:
     """A role's own torch RNG stream: `with self.own_rng():` swaps it in for the call."""
 
@@ -41,7 +61,7 @@ class OwnRng:
             torch.set_rng_state(outer)
 
 
-class EnvWorker:
+class EnvWorker(Role):
     """Envs [start, start + num_envs) of a batched env of env_cfg's task, in its own VecEnv.
     Resets are seeded per env as the full batch's would be (env i gets seed + i)."""
 
@@ -53,9 +73,6 @@ class EnvWorker:
 
     def spec(self) -> EnvSpec:
         return self.env.spec
-
-    def pid(self) -> int:
-        return os.getpid()
 
     def reset(self, seed: int) -> Obs:
         """-> the first observation, [n, ...] per key."""
@@ -80,7 +97,7 @@ def build_role_policy(cfg: ExperimentConfig, spec: EnvSpec, seed: int) -> Any:
     return build_policy(cfg.policy, spec, per_action_value=cfg.ppo.reward_level == "action")
 
 
-class RolloutWorker(OwnRng):
+class RolloutWorker(Role, OwnRng):
     """Policy inference for the env workers, on weights pushed by the learner (with a version)."""
 
     def __init__(self, cfg: ExperimentConfig, spec: EnvSpec, seed: int, threads: int = 1):
@@ -111,7 +128,7 @@ class RolloutWorker(OwnRng):
         return version
 
 
-class LearnerWorker(OwnRng):
+class LearnerWorker(Role, OwnRng):
     """The PPO / GRPO learner of train.py on its own copy of the policy. With world_size > 1 it
     is one rank of a data-parallel group (embodied/distributed/data_parallel.py): it updates on
     its slice of the env dimension and gradients are averaged over ranks."""
