@@ -77,7 +77,12 @@ def expert_for(task: str) -> Callable[[np.ndarray], np.ndarray]:
     """The task's expert: privileged obs float [B, P] -> actions float32 [B, A] (A = 4 for MuJoCo
     tasks, 7 for ManiSkill tasks in pd_ee_delta_pose: scripted). "ms:<EnvId>@pd_joint_delta_pos"
     gives the mplib motion-planning expert (A = 8; sims/maniskill/mplib_expert.py), which also
-    has reset(env_ids, privileged) for new episodes and close()."""
+    has reset(env_ids, privileged) for new episodes and close(). "libero:libero_spatial[/TASK]"
+    gives the scripted pick-and-place expert of sims/libero/expert.py (A = 7)."""
+    if task.startswith("libero:"):
+        from sims.libero.expert import expert_for as libero_expert_for
+
+        return libero_expert_for(task)
     if task.startswith("ms:"):
         if task.partition("@")[2] == "pd_joint_delta_pos":
             from sims.maniskill.mplib_expert import expert_for as mplib_expert_for

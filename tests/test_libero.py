@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 import torch
 
+from sims.libero.env import SIM_START
 from sims.libero.proc import WorkerProc, libero_python
 from sims.libero.tasks import SUITES, parse_name
-from sims.registry import make_env
+from sims.registry import expert_for, make_env
 from sims.vecenv import EnvError
 
 needs_libero = pytest.mark.skipif(not libero_python().exists(),
@@ -52,6 +53,9 @@ def test_shapes_and_dtypes(env):
     # 2 acos(w), is not folded into [0, pi]), gripper open after the settle steps
     assert (obs["state"][:, 2] > 0.9).all() and ((obs["state"][:, 3:6].norm(dim=1) - np.pi).abs() < 0.2).all()
     assert (obs["state"][:, 6] > 0.03).all() and (obs["state"][:, 7] < -0.03).all()
+    # the goal's objects: the bowl, then the plate, both on the table (z about 0.9 m)
+    objs = obs["privileged"][:, 8:SIM_START].reshape(2, 2, 3)
+    assert ((objs[..., 2] - 0.9).abs() < 0.02).all() and ((objs[:, 0] - objs[:, 1]).norm(dim=1) > 0.05).all()
     r = env.step(torch.zeros(2, 7))
     assert r.reward.shape == (2,) and r.reward.dtype == torch.float32
     assert r.terminated.dtype == torch.bool and r.truncated.dtype == torch.bool
@@ -82,7 +86,7 @@ def test_auto_reset_truncation_and_final_obs(env):
     assert r.truncated.all() and not r.terminated.any()
     assert r.final_obs is not None and r.final_obs["privileged"].shape == r.obs["privileged"].shape
     # the new episode starts at the settled init state (time 0 + settle), the finished one later
-    t_final, t_new = r.final_obs["privileged"][:, 8], r.obs["privileged"][:, 8]
+    t_final, t_new = r.final_obs["privileged"][:, SIM_START], r.obs["privileged"][:, SIM_START]
     assert (t_final > t_new).all()
     # a chunk longer than what is left: the env stops at the limit, skips the rest, resets
     c = env.chunk_step(torch.zeros(2, STEPS + 3, 7))
@@ -123,6 +127,25 @@ def test_soft_reset_matches_hard_reset():
         assert np.array_equal(runs[0][0], runs[1][0]) and np.array_equal(runs[0][1], runs[1][1])
     finally:
         wk.close()
+
+
+@needs_libero
+def test_scripted_expert_solves_a_spatial_task():
+    """The pick-and-place expert on privileged state: LIBERO's own check_success ends the
+    episode with reward 1 (init state 0 of task 0 takes about 95 steps)."""
+    expert = expert_for(TASK)
+    with make_env(TASK, 1) as e:
+        obs, _ = e.reset(seed=0)
+        for _ in range(150):
+            r = e.step(torch.from_numpy(expert(obs["privileged"].numpy())))
+            obs = r.obs
+            if r.done.any():
+                break
+        assert r.terminated.all() and r.info["success"].all() and r.reward.tolist() == [1.0]
+        bowl, plate = r.final_obs["privileged"][0, 8:11], r.final_obs["privileged"][0, 11:14]
+        assert (bowl[:2] - plate[:2]).norm() < 0.04 and bowl[2] > plate[2]  # the bowl on the plate
+    with pytest.raises(EnvError, match="no scripted expert for libero_goal"):
+        expert_for("libero:libero_goal/0")
 
 
 def test_bad_input_names_the_field():

@@ -3,8 +3,10 @@
 One worker process per env (sims/libero/worker.py, run by .venv-libero's interpreter), with
 observations in shared memory. Observations (B envs):
   "state":       float32 [B, 8]         eef pos (3), eef axis-angle (3), gripper qpos (2)
-  "privileged":  float32 [B, 8 + D]     the state, then the flat MuJoCo state (time, qpos, qvel),
-                                        zero-padded to the largest D of the batch
+  "privileged":  float32 [B, 14 + D]    the state, the positions of the two objects of the task's
+                                        first goal predicate (pick, then place target: 6; zeros
+                                        where the goal names none), then the flat MuJoCo state
+                                        (time, qpos, qvel), zero-padded to the largest D of the batch
   "rgb_agentview", "rgb_wrist": uint8 [B, H, W, 3]  upright, with obs_mode="rgb"
   "instruction": list[str] (B)          the task's language (the one LIBERO checkpoints saw)
 Actions: float32 [B, 7], OSC delta pose (6) and gripper (-1 open, +1 close), clipped to [-1, 1],
@@ -30,6 +32,8 @@ from sims.mujoco.seeding import parse_env_ids, parse_seeds, stream_from
 from sims.vecenv import ChunkStepResult, EnvError, EnvSpec, Obs, Seed, StepResult, VecEnv, check_action
 
 STATE_DIM = 8
+OBJ_DIM = 6  # pick object xyz, place target xyz
+SIM_START = STATE_DIM + OBJ_DIM  # where the flat MuJoCo state starts in "privileged"
 ACTION_DIM = 7
 CAMERAS = {"agentview": "agentview", "wrist": "robot0_eye_in_hand"}  # our name -> LIBERO's
 OBS_MODES = ("state", "rgb")
@@ -91,10 +95,10 @@ class LiberoVecEnv(VecEnv):
         self._num_inits = [inf["num_init_states"] for inf in infos]
         sim_dim = max(inf["sim_dim"] for inf in infos)
         self.spec = EnvSpec(task=task, num_envs=B, action_dim=ACTION_DIM, state_dim=STATE_DIM,
-                            privileged_dim=STATE_DIM + sim_dim, max_episode_steps=steps,
+                            privileged_dim=SIM_START + sim_dim, max_episode_steps=steps,
                             control_hz=infos[0]["control_hz"], cameras=cams, image_size=self.image_size)
         self._state = torch.zeros(B, STATE_DIM)
-        self._priv = torch.zeros(B, STATE_DIM + sim_dim)
+        self._priv = torch.zeros(B, SIM_START + sim_dim)
         self._img = {c: torch.zeros(B, h, w, 3, dtype=torch.uint8) for c in cams}
         self._elapsed = torch.zeros(B, dtype=torch.long)
         self._rng = np.random.default_rng(seed)
@@ -111,7 +115,8 @@ class LiberoVecEnv(VecEnv):
             wk = self.workers[i]
             self._state[i] = torch.from_numpy(wk.state)
             self._priv[i, :STATE_DIM] = self._state[i]
-            self._priv[i, STATE_DIM:STATE_DIM + len(wk.sim)] = torch.from_numpy(wk.sim.astype(np.float32))
+            self._priv[i, STATE_DIM:SIM_START] = torch.from_numpy(wk.objects)
+            self._priv[i, SIM_START:SIM_START + len(wk.sim)] = torch.from_numpy(wk.sim.astype(np.float32))
             for c, cam in enumerate(self.cameras):
                 self._img[cam][i] = torch.from_numpy(wk.images[c])
 

@@ -40,7 +40,7 @@ def _last_line(path: str) -> str:
 
 
 class WorkerProc:
-    """One worker: `info` (its hello frame), `state` float32 [8], `sim` float64 [D],
+    """One worker: `info` (its hello frame), `state` float32 [8], `objects` float32 [6], `sim` float64 [D],
     `images` uint8 [C, H, W, 3] (live views into its shared memory)."""
 
     def __init__(self, name: str, suite: str, task: str, height: int, width: int, cameras: list[str],
@@ -70,8 +70,9 @@ class WorkerProc:
         resource_tracker.unregister(self.shm._name, "shared_memory")  # the worker owns and unlinks it
         d, (h, w), c = info["sim_dim"], self.size, len(info["cameras"])
         self.state = np.ndarray((8,), np.float32, buffer=self.shm.buf, offset=0)
-        self.sim = np.ndarray((d,), np.float64, buffer=self.shm.buf, offset=32)
-        self.images = np.ndarray((c, h, w, 3), np.uint8, buffer=self.shm.buf, offset=32 + 8 * d)
+        self.objects = np.ndarray((6,), np.float32, buffer=self.shm.buf, offset=32)
+        self.sim = np.ndarray((d,), np.float64, buffer=self.shm.buf, offset=56)
+        self.images = np.ndarray((c, h, w, 3), np.uint8, buffer=self.shm.buf, offset=56 + 8 * d)
         self.info = info
         return info
 
@@ -107,7 +108,7 @@ class WorkerProc:
 
     def close(self) -> None:
         if self.shm is not None:
-            self.state = self.sim = self.images = None  # release the views before closing
+            self.state = self.objects = self.sim = self.images = None  # release the views before closing
             try:
                 self.shm.close()
             except BufferError:

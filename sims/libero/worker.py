@@ -12,6 +12,8 @@ frame on stdin and gets one frame back. Frame: 4-byte big-endian length, then UT
 
 Shared memory (written by the worker after reset / step / set_state, read by the parent):
   state    float32 [8]            eef pos (3), eef axis-angle (3), gripper qpos (2)
+  objects  float32 [6]            positions of the two objects of the first goal predicate
+                                  ("on bowl plate": the bowl, then the plate); zeros if none
   sim      float64 [D]            flat MuJoCo state: time, qpos, qvel
   images   uint8   [C, H, W, 3]   the --cameras in order, upright (rotated 180 degrees); C = 0
                                   without cameras; written only when a request asks to render
@@ -96,16 +98,30 @@ class Worker:
             raise ValueError(f"unknown camera {bad[0]!r}; allowed: {', '.join(CAMERAS)}")
         self.h, self.w, self.cameras, self.settle = height, width, list(cameras), settle
         self.dim = self.env.get_sim_state().shape[0]
+        self.goal_bodies = self._goal_bodies()
         n_img = len(cameras) * height * width * 3
-        self.shm = shared_memory.SharedMemory(create=True, size=8 * 4 + self.dim * 8 + max(n_img, 1))
+        self.shm = shared_memory.SharedMemory(create=True, size=56 + self.dim * 8 + max(n_img, 1))
         buf = self.shm.buf
         self.state = np.ndarray((8,), np.float32, buffer=buf, offset=0)
-        self.sim = np.ndarray((self.dim,), np.float64, buffer=buf, offset=32)
-        self.images = np.ndarray((len(cameras), height, width, 3), np.uint8, buffer=buf, offset=32 + 8 * self.dim)
+        self.objects = np.ndarray((6,), np.float32, buffer=buf, offset=32)
+        self.sim = np.ndarray((self.dim,), np.float64, buffer=buf, offset=56)
+        self.images = np.ndarray((len(cameras), height, width, 3), np.uint8, buffer=buf, offset=56 + 8 * self.dim)
         self.info = {"ok": True, "shm": self.shm.name, "sim_dim": self.dim, "task_index": idx,
                      "task_name": self.task.name, "instruction": self.task.language,
                      "bddl_instruction": self.env.language_instruction, "num_init_states": len(self.init_states),
                      "cameras": self.cameras, "control_hz": float(self.env.env.control_freq)}
+
+    def _goal_bodies(self) -> list[int]:
+        """Body ids of the (up to two) objects named by the first goal predicate; a region
+        ("basket_1_contain_region") counts as its object."""
+        env = self.env.env
+        goal = env.parsed_problem["goal_state"]
+        ids = []
+        for name in (goal[0][1:3] if goal else []):
+            obj = next((o for o in env.obj_body_id if name == o or name.startswith(o + "_")), None)
+            if obj is not None:
+                ids.append(env.obj_body_id[obj])
+        return ids
 
     @property
     def gripper(self):
@@ -121,6 +137,9 @@ class Worker:
         self.state[:3] = sim.data.site_xpos[robot.eef_site_id]
         self.state[3:6] = quat_to_axis_angle(xyzw)
         self.state[6:8] = sim.data.qpos[robot._ref_gripper_joint_pos_indexes]
+        self.objects[:] = 0.0
+        for k, b in enumerate(self.goal_bodies):
+            self.objects[3 * k:3 * k + 3] = sim.data.body_xpos[b]
         self.sim[:] = self.env.get_sim_state()
         if render:
             for c, cam in enumerate(self.cameras):
