@@ -11,7 +11,7 @@ import torch
 from embodied.config import load_config
 from embodied.distributed.backend import make_backend
 from embodied.distributed.loop import build_roles, train_roles
-from embodied.distributed.placement import preset
+from embodied.distributed.placement import placement_from_dict, preset
 
 pytestmark = pytest.mark.ray
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # before Ray's import: Ray on 127.0.0.1 only
@@ -23,7 +23,7 @@ TINY = ["env.task=PushCube", "env.num_envs=8", "ppo.rollout_steps=8", "ppo.minib
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
@@ -67,3 +67,13 @@ def test_killed_env_worker_is_restarted_and_its_episodes_dropped():
         assert again.traj.num_envs == 8 and collector.restarts == 1
     finally:
         backend.shutdown()
+
+
+def test_two_ray_learners_equal_one_local_learner():
+    """learner.count=2: two LearnerWorker actors in one gloo group, each on half the envs."""
+    cfg = load_config(None, TINY + ["ppo.minibatches=1", "ppo.normalize_advantages=false"])
+    one = train_roles(cfg, placement_from_dict({"env": {"count": 1}}), "local", iterations=2)
+    two = train_roles(cfg, placement_from_dict({"env": {"count": 1}, "learner": {"count": 2}}), "ray", iterations=2)
+    assert len({w["pid"] for w in two["where"]["learner"]}) == 2
+    for k, v in one["weights"].items():
+        torch.testing.assert_close(two["weights"][k], v, rtol=1e-5, atol=1e-6, msg=k)

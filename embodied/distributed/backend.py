@@ -81,7 +81,8 @@ class RayBackend:
         if not ray.is_initialized():
             try:
                 if placement.address is None:
-                    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+                    # "local": a new Ray here, never one found through Ray's address file
+                    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
                 else:
                     ray.init(address=placement.address, log_to_driver=False)
             except ConnectionError as e:
