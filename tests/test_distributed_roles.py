@@ -3,6 +3,7 @@ roles gives identical weights in one process (backend local) and as Ray actors (
 
 import pytest
 import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from embodied.config import load_config
 from embodied.distributed.backend import make_backend
@@ -58,11 +59,15 @@ def test_unreachable_address_fails_before_start():
         check_address("nohost")
 
 
-def test_local_roles_are_deterministic_and_seeded():
+def test_local_roles_are_deterministic_and_seeded(tmp_path):
     cfg = load_config(None, TINY)
-    a = train_roles(cfg, preset("collocated", 2), "local", iterations=2)
+    a = train_roles(cfg, preset("collocated", 2), "local", iterations=2, log_dir=tmp_path)
     b = train_roles(cfg, preset("collocated", 2), "local", iterations=2)
     c = train_roles(load_config(None, TINY + ["train.seed=1"]), preset("collocated", 2), "local", iterations=2)
     assert a["version"] == 2 and [h["weight_version"] for h in a["history"]] == [0, 1]
     assert all(torch.equal(a["weights"][k], b["weights"][k]) for k in a["weights"])
     assert not torch.equal(a["weights"]["actor.0.weight"], c["weights"]["actor.0.weight"])
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    for tag in ("time/inference_seconds", "time/env_wait_seconds", "time/update_seconds", "train/approx_kl"):
+        assert [e.step for e in events.Scalars(tag)] == [64, 128], tag  # 8 envs x 8 steps per iteration

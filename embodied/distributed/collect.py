@@ -50,7 +50,9 @@ class RolloutBatch:
     traj: Trajectory
     weight_version: int
     env_steps: int
-    seconds: dict[str, float] = field(default_factory=dict)  # collect, inference (driver-side wait)
+    # collect (wall), inference (waiting on the rollout role's act), env_wait (waiting on env
+    # workers' results: env time that inference did not hide)
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 def take_envs(traj: Trajectory, rows: slice | torch.Tensor) -> Trajectory:
@@ -109,7 +111,9 @@ class ShardedCollector:
 
     def _finish(self, s: int, out: Any, futures: list[Any]) -> dict[str, Any]:
         """Wait for stage s's shards; -> the step's record (stage rows), advancing self.obs[s]."""
+        t = time.perf_counter()
         results = [self._result(i, f) for i, f in zip(self.stage_workers[s], futures)]
+        self.env_wait += time.perf_counter() - t
         obs = self.obs[s]
         res_obs = cat_obs([r.obs for r in results])
         term = torch.cat([r.terminated for r in results]).any(1)  # [b]
@@ -152,7 +156,8 @@ class ShardedCollector:
     def collect(self) -> RolloutBatch:
         """num_steps policy steps of every env -> a RolloutBatch (Trajectory [T, B])."""
         assert self.obs, "call reset() first"
-        b, t0 = self.backend, time.perf_counter()
+        self.env_wait = 0.0  # seconds the driver waited for env results (not hidden by inference)
+        b, t0, infer = self.backend, time.perf_counter(), 0.0
         records: list[list[dict[str, Any]]] = [[] for _ in range(self.stages)]
         pending: list[tuple[Any, list[Any]] | None] = [None] * self.stages
         for t in range(self.num_steps):
@@ -161,7 +166,9 @@ class ShardedCollector:
             for s, ids in enumerate(self.stage_workers):
                 if pending[s] is not None:
                     records[s].append(self._finish(s, *pending[s]))
+                t_inf = time.perf_counter()
                 out = b.get(b.call(self.rollout, "act", self.obs[s]))
+                infer += time.perf_counter() - t_inf
                 self.chunk = out.actions.shape[1]
                 actions = split_rows(out.actions, [self.sizes[i] for i in ids])
                 pending[s] = (out, [b.call(self.workers[i], "step", a) for i, a in zip(ids, actions)])
@@ -177,8 +184,9 @@ class ShardedCollector:
             for i in self.lost:
                 keep[self.starts[i]:self.starts[i] + self.sizes[i]] = False
             traj, self.lost = take_envs(traj, keep.nonzero().flatten()), set()
+        wall = time.perf_counter() - t0
         return RolloutBatch(traj, self.version, int(traj.valid.sum()),
-                            {"collect": time.perf_counter() - t0})
+                            {"collect": wall, "inference": infer, "env_wait": self.env_wait})
 
     @staticmethod
     def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import socket
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,6 +22,7 @@ from embodied.distributed.backend import make_backend
 from embodied.distributed.collect import ShardedCollector
 from embodied.distributed.placement import Placement, PlacementError
 from embodied.distributed.roles import EnvWorker, LearnerWorker, RolloutWorker
+from embodied.logger import Logger
 
 
 def shard_sizes(num_envs: int, shards: int) -> list[int]:
@@ -60,10 +62,12 @@ def build_roles(cfg: ExperimentConfig, placement: Placement, backend: Any) -> tu
 
 
 def train_roles(cfg: ExperimentConfig, placement: Placement, backend_name: str = "local",
-                iterations: int = 1) -> dict[str, Any]:
+                iterations: int = 1, log_dir: str | Path | None = None) -> dict[str, Any]:
     """Run `iterations` synchronous iterations; -> {"weights": the learner's final state_dict,
     "version": its version, "history": per-iteration stats, "where": pid and node of every role}. PPO only (GRPO's grouped episode
-    collection has no sharded collector yet)."""
+    collection has no sharded collector yet). With log_dir, each iteration's stats go to
+    TensorBoard there: train/, rollout/ and time/ (collect, inference, env_wait, update seconds
+    and the weight version), at the env steps so far."""
     if cfg.train.algorithm != "ppo":
         raise PlacementError(f"train.algorithm: {cfg.train.algorithm!r} with roles; allowed: ppo")
     backend = make_backend(backend_name, placement)
@@ -77,17 +81,24 @@ def train_roles(cfg: ExperimentConfig, placement: Placement, backend_name: str =
         collector.set_weights(state, version)
         ask = lambda hs: backend.get([backend.call(h, "where") for h in hs])  # noqa: E731
         placed = {"env": ask(collector.workers), "rollout": ask([collector.rollout]), "learner": ask(learners)}
-        history = []
+        history, steps = [], 0
+        logger = Logger(Path(log_dir), iterations, progress=False) if log_dir is not None else None
         for _ in range(iterations):
             batch = collector.collect()
             t0 = time.perf_counter()
             stats = backend.get([backend.call(lrn, "update", batch.traj) for lrn in learners])[0]
             state, version = backend.get(backend.call(learners[0], "weights"))
             collector.set_weights(state, version)
-            history.append({**stats, **collector.pop_episode_stats(), **collector.fault_stats(),
-                            "env_steps": batch.env_steps,
-                            "weight_version": batch.weight_version, "collect_seconds": batch.seconds["collect"],
-                            "update_seconds": time.perf_counter() - t0})
+            times = {f"{k}_seconds": v for k, v in batch.seconds.items()}
+            times.update(update_seconds=time.perf_counter() - t0, weight_version=float(batch.weight_version))
+            rollout = {**collector.pop_episode_stats(), **collector.fault_stats()}
+            steps += batch.env_steps
+            if logger is not None:
+                for section, scalars in (("train", stats), ("rollout", rollout), ("time", times)):
+                    logger.log(section, scalars, steps)
+            history.append({**stats, **rollout, **times, "env_steps": batch.env_steps})
+        if logger is not None:
+            logger.close()
         return {"weights": state, "version": version, "history": history, "where": placed}
     finally:
         backend.shutdown()
