@@ -77,3 +77,12 @@ def test_two_ray_learners_equal_one_local_learner():
     assert len({w["pid"] for w in two["where"]["learner"]}) == 2
     for k, v in one["weights"].items():
         torch.testing.assert_close(two["weights"][k], v, rtol=1e-5, atol=1e-6, msg=k)
+
+
+def test_stale_schedule_on_ray_equals_local():
+    cfg = load_config(None, TINY)
+    local = train_roles(cfg, preset("collocated", 1), "local", iterations=3, max_staleness=1)
+    remote = train_roles(cfg, preset("collocated", 1), "ray", iterations=3, max_staleness=1)
+    assert [h["staleness"] for h in remote["history"]] == [0, 1, 1]
+    for k, v in local["weights"].items():
+        assert torch.equal(v, remote["weights"][k]), k

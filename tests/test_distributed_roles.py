@@ -71,3 +71,16 @@ def test_local_roles_are_deterministic_and_seeded(tmp_path):
     events.Reload()
     for tag in ("time/inference_seconds", "time/env_wait_seconds", "time/update_seconds", "train/approx_kl"):
         assert [e.step for e in events.Scalars(tag)] == [64, 128], tag  # 8 envs x 8 steps per iteration
+
+
+def test_one_version_stale_schedule():
+    cfg = load_config(None, TINY)
+    sync = train_roles(cfg, preset("collocated", 1), "local", iterations=3)
+    stale = train_roles(cfg, preset("collocated", 1), "local", iterations=3, max_staleness=1)
+    assert [h["staleness"] for h in sync["history"]] == [0, 0, 0]
+    assert [h["staleness"] for h in stale["history"]] == [0, 1, 1]
+    assert [h["weight_version"] for h in stale["history"]] == [0, 0, 1]
+    assert stale["version"] == 3
+    assert not torch.equal(sync["weights"]["actor.0.weight"], stale["weights"]["actor.0.weight"])
+    with pytest.raises(PlacementError, match="max_staleness: 2; allowed: 0"):
+        train_roles(cfg, preset("collocated", 1), "local", max_staleness=2)

@@ -62,14 +62,25 @@ def build_roles(cfg: ExperimentConfig, placement: Placement, backend: Any) -> tu
 
 
 def train_roles(cfg: ExperimentConfig, placement: Placement, backend_name: str = "local",
-                iterations: int = 1, log_dir: str | Path | None = None) -> dict[str, Any]:
-    """Run `iterations` synchronous iterations; -> {"weights": the learner's final state_dict,
-    "version": its version, "history": per-iteration stats, "where": pid and node of every role}. PPO only (GRPO's grouped episode
-    collection has no sharded collector yet). With log_dir, each iteration's stats go to
-    TensorBoard there: train/, rollout/ and time/ (collect, inference, env_wait, update seconds
-    and the weight version), at the env steps so far."""
+                iterations: int = 1, log_dir: str | Path | None = None, max_staleness: int = 0) -> dict[str, Any]:
+    """Run `iterations` iterations; -> {"weights": the learner's final state_dict, "version": its
+    version, "history": per-iteration stats, "where": pid and node of every role}. PPO only
+    (GRPO's grouped episode collection has no sharded collector yet).
+
+    max_staleness 0: synchronous (collect on the newest weights, then update). 1: the update of
+    batch i runs while batch i + 1 is collected on the weights before it (one version stale,
+    `staleness` in the history); PPO's ratio is then taken against the stale behaviour policy's
+    log-probs (importance-corrected by the clip), or against the learner's own recomputed ones
+    with ppo.recompute_log_probs. On Ray the two overlap; `local` runs the same schedule one
+    call after the other, so both backends give the same weights.
+
+    With log_dir, each iteration's stats go to TensorBoard there: train/, rollout/ and time/
+    (collect, inference, env_wait and update seconds, weight version, staleness), at the env
+    steps so far."""
     if cfg.train.algorithm != "ppo":
         raise PlacementError(f"train.algorithm: {cfg.train.algorithm!r} with roles; allowed: ppo")
+    if max_staleness not in (0, 1):
+        raise PlacementError(f"max_staleness: {max_staleness!r}; allowed: 0 (synchronous) or 1")
     backend = make_backend(backend_name, placement)
     try:
         if cfg.train.torch_threads:
@@ -81,22 +92,38 @@ def train_roles(cfg: ExperimentConfig, placement: Placement, backend_name: str =
         collector.set_weights(state, version)
         ask = lambda hs: backend.get([backend.call(h, "where") for h in hs])  # noqa: E731
         placed = {"env": ask(collector.workers), "rollout": ask([collector.rollout]), "learner": ask(learners)}
-        history, steps = [], 0
+        history: list[dict[str, Any]] = []
         logger = Logger(Path(log_dir), iterations, progress=False) if log_dir is not None else None
-        for _ in range(iterations):
-            batch = collector.collect()
+        steps = 0
+
+        def finish(futures: list[Any], batch: Any, learner_version: int) -> None:
+            """Wait for an update, push its weights to the rollout role, log the iteration."""
+            nonlocal state, version, steps
             t0 = time.perf_counter()
-            stats = backend.get([backend.call(lrn, "update", batch.traj) for lrn in learners])[0]
+            stats = backend.get(futures)[0]
             state, version = backend.get(backend.call(learners[0], "weights"))
             collector.set_weights(state, version)
             times = {f"{k}_seconds": v for k, v in batch.seconds.items()}
-            times.update(update_seconds=time.perf_counter() - t0, weight_version=float(batch.weight_version))
+            times.update(update_seconds=time.perf_counter() - t0, weight_version=float(batch.weight_version),
+                         staleness=float(learner_version - batch.weight_version))
             rollout = {**collector.pop_episode_stats(), **collector.fault_stats()}
             steps += batch.env_steps
             if logger is not None:
                 for section, scalars in (("train", stats), ("rollout", rollout), ("time", times)):
                     logger.log(section, scalars, steps)
             history.append({**stats, **rollout, **times, "env_steps": batch.env_steps})
+
+        pending = None
+        for it in range(iterations):
+            batch = collector.collect()
+            if pending is not None:  # the previous batch's update ran during this collect
+                finish(*pending)
+            pending = ([backend.call(lrn, "update", batch.traj) for lrn in learners], batch, it)
+            if max_staleness == 0:
+                finish(*pending)
+                pending = None
+        if pending is not None:
+            finish(*pending)
         if logger is not None:
             logger.close()
         return {"weights": state, "version": version, "history": history, "where": placed}
