@@ -76,7 +76,7 @@ def take_envs(traj: Trajectory, rows: slice | torch.Tensor) -> Trajectory:
 
 class ShardedCollector:
     """Keeps each shard's current observation between calls and tracks finished episodes.
-    make_worker(i, seed) rebuilds shard i after its process died (None: no restarts)."""
+    make_worker(i) rebuilds shard i after its process died (None: no restarts)."""
 
     def __init__(self, backend: Any, env_workers: list[Any], shard_sizes: list[int], rollout: Any,
                  num_steps: int, stages: int = 1, make_worker: Callable[[int], Any] | None = None):
@@ -97,7 +97,9 @@ class ShardedCollector:
         self.starts = [sum(shard_sizes[:i]) for i in range(len(shard_sizes))]
         self.restarts, self.dropped_episodes = 0, 0
         self.lost: set[int] = set()  # shards restarted during this collect()
-        self.on_step: Callable[[int], None] | None = None  # called after each policy step t (progress, tests)
+        self.on_step: Callable[[int], None] | None = None  # called before each policy step t (progress, tests)
+        self.chunk = 1  # K of the last actions, for a stand-in step of a restarted shard
+        self.env_wait = 0.0
 
     def reset(self, seed: int) -> Obs:
         """Seeded reset of every shard; -> the whole batch's first observation."""
@@ -126,11 +128,13 @@ class ShardedCollector:
             v = self.backend.get(self.backend.call(self.rollout, "value", final))
             bootstrap = torch.where(trunc, start_value(v), bootstrap)
         self.obs[s] = res_obs
+        ids = self.stage_workers[s]
+        rows = slice(self.starts[ids[0]], self.starts[ids[-1]] + self.sizes[ids[-1]])
+        self._track(rows, reward.sum(1), valid.sum(1), success, term | trunc)
         return dict(obs=tensor_obs(obs), instructions=list(obs.get("instruction", [])), actions=out.actions,
                     log_probs=out.log_prob, values=out.value if out.value is not None else torch.zeros(len(term)),
                     rewards=reward * valid, valid=valid, terminated=term, truncated=trunc, success=success,
-                    bootstrap=bootstrap, replay=out.replay, parts=out.log_prob_parts,
-                    track=(reward.sum(1), valid.sum(1), success, term | trunc))
+                    bootstrap=bootstrap, replay=out.replay, parts=out.log_prob_parts)
 
     def _result(self, i: int, future: Any) -> ChunkStepResult:
         """Shard i's step result; if its process died: restart it (see the module doc) and stand
@@ -175,8 +179,6 @@ class ShardedCollector:
         for s in range(self.stages):
             records[s].append(self._finish(s, *pending[s]))
         steps = [self._merge([records[s][t] for s in range(self.stages)]) for t in range(self.num_steps)]
-        for st in steps:
-            self._track(*st.pop("track"))
         last = torch.cat([start_value(b.get(b.call(self.rollout, "value", o))) for o in self.obs])
         traj = stack_steps(steps, last)
         if self.lost:  # drop the restarted shards' columns from this iteration
@@ -198,21 +200,22 @@ class ShardedCollector:
                 out[k] = {key: torch.cat([x[key] for x in vals]) for key in v}
             elif k == "instructions":
                 out[k] = [s for x in vals for s in x]
-            elif k == "track":
-                out[k] = tuple(torch.cat([x[i] for x in vals]) for i in range(len(v)))
             elif v is None:
                 out[k] = None
             else:
                 out[k] = torch.cat(vals)
         return out
 
-    def _track(self, reward: torch.Tensor, length: torch.Tensor, success: torch.Tensor, done: torch.Tensor) -> None:
-        self.ep_return += reward
-        self.ep_length += length
-        self.ep_success |= success
+    def _track(self, rows: slice, reward: torch.Tensor, length: torch.Tensor, success: torch.Tensor,
+               done: torch.Tensor) -> None:
+        """Accumulate one step of envs `rows` ([b] each); record the episodes that ended."""
+        ret, n, succ = self.ep_return[rows], self.ep_length[rows], self.ep_success[rows]  # views
+        ret += reward
+        n += length
+        succ |= success
         for i in done.nonzero().flatten().tolist():
-            self.finished.append((self.ep_return[i].item(), int(self.ep_length[i]), bool(self.ep_success[i])))
-        self.ep_return[done], self.ep_length[done], self.ep_success[done] = 0.0, 0, False
+            self.finished.append((ret[i].item(), int(n[i]), bool(succ[i])))
+        ret[done], n[done], succ[done] = 0.0, 0, False
 
     def pop_episode_stats(self) -> dict[str, float]:
         """Mean return, length and success of episodes finished since the last call."""
