@@ -173,6 +173,19 @@ def run_rsl_rl(task: str, seed: int, settings: dict[str, Any]) -> tuple[Callable
 RUNNERS = {"ours": run_ours, "sb3": run_sb3, "rsl_rl": run_rsl_rl}
 
 
+def iteration_cost(task: str, framework: str, variant: str, iters: int) -> float:
+    """Mean wall seconds of one training iteration (collect + update of NUM_ENVS x ROLLOUT
+    env steps), over iters iterations after one warm-up iteration."""
+    train_iters, _, _, close = RUNNERS[framework](task, 0, VARIANTS[framework][variant])
+    try:
+        train_iters(1)
+        t0 = time.perf_counter()
+        train_iters(iters)
+        return (time.perf_counter() - t0) / iters
+    finally:
+        close()
+
+
 def drive(task: str, framework: str, variant: str, seed: int, max_steps: int, max_seconds: float,
           eval_every: int) -> RunResult:
     """Train in chunks of eval_every iterations, timing only training; evaluate between chunks."""
@@ -243,8 +256,18 @@ def main() -> None:
                     help="env-step cap per run and task")
     ap.add_argument("--max-seconds", type=float, default=1800.0, help="training-wall-time cap per run")
     ap.add_argument("--eval-every", type=int, default=5, help="iterations between evaluations")
+    ap.add_argument("--ours-variant", action="append", default=[], metavar="NAME:KEY=VALUE,...",
+                    help="an extra variant of ours from config overrides, e.g. "
+                         "'e5m4:ppo.epochs=5,ppo.minibatches=4' (run it with --only ours:e5m4)")
+    ap.add_argument("--cost", type=int, default=0, metavar="ITERS",
+                    help="only time one training iteration of every chosen variant (mean over ITERS)")
     ap.add_argument("--out", default="runs/bench_vs_peers")
     args = ap.parse_args()
+    for spec in args.ours_variant:
+        name, _, sets = spec.partition(":")
+        if not name or not sets or any("=" not in kv for kv in sets.split(",")):
+            sys.exit(f"--ours-variant: {spec!r} is not NAME:KEY=VALUE[,KEY=VALUE...]")
+        VARIANTS["ours"][name] = dict(kv.split("=", 1) for kv in sets.split(","))
 
     torch.set_num_threads(1)
     caps = {k: int(float(v)) for k, v in (kv.split("=") for kv in args.max_steps.split(","))}
@@ -255,6 +278,13 @@ def main() -> None:
         if unknown:
             sys.exit(f"--only: unknown {unknown[0]!r}; allowed: {', '.join(f'{f}:{v}' for f, v in pairs)}")
         pairs = [p for p in pairs if f"{p[0]}:{p[1]}" in wanted]
+    if args.cost:  # the pairs interleaved, so that they share the machine's load
+        for task in args.tasks.split(","):
+            for fw, var in pairs:
+                sec = iteration_cost(task, fw, var, args.cost)
+                print(f"{task} {fw}:{var}: {sec:.3f} s per iteration, {NUM_ENVS * ROLLOUT / sec:,.0f} env steps/s "
+                      f"(load average {os.getloadavg()[0]:.1f})", flush=True)
+        return
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
     meta = {"commit": commit, "date": datetime.datetime.now().isoformat(timespec="minutes"),
