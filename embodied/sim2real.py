@@ -59,6 +59,12 @@ def load_checkpoints(paths: list[str], task: str) -> list[Checkpoint]:
     return out
 
 
+def _view(ck: Checkpoint) -> tuple:
+    """(cameras, image size) the checkpoint's policy reads; ((), 0) for a state policy."""
+    cams = observed_cameras(ck.cfg)
+    return cams, ck.cfg.env.image_size if cams else 0
+
+
 def load_sweep(path: str | Path | None) -> dict[str, list[float]]:
     """A sweep file {knob: [v1, v2, ...]} -> the same, validated (one-line Sim2RealError naming the field)."""
     from sims.mujoco.randomization import KNOBS, RandomizationError, from_values
@@ -207,10 +213,13 @@ def sim2real(checkpoints: list[str], task: str, out: str | Path, trials: int = 1
                  "values": {k: v.tolist() for k, v in preset.low.items()}, "transport": "dds (loopback)"}
         robot_name = f"twin:{preset.name}"
     cks = load_checkpoints(checkpoints, task)
-    for c in cks if twin else []:
+    for c in cks if twin else []:  # one twin process serves every checkpoint
         if len(observed_cameras(c.cfg)) > 1:
             raise Sim2RealError(f"--twin: the twin publishes one camera; checkpoint {c.label} reads "
                                 f"{list(observed_cameras(c.cfg))}; allowed: checkpoints of at most one camera")
+        if _view(c) != _view(cks[0]):
+            raise Sim2RealError(f"--twin: checkpoint {c.label} sees {_view(c)}, {cks[0].label} sees "
+                                f"{_view(cks[0])} (cameras, image size); allowed: one view for every checkpoint")
     robot_cfgs = {}
     if robot_file:
         robot_cfgs = {c.label: robot_config_from_file(robot_file, c.cfg, c.label) for c in cks}
