@@ -249,6 +249,14 @@ def sim2real(checkpoints: list[str], task: str, out: str | Path, trials: int = 1
                 record(ck, name, succ, lengths)
     sim_s = time.monotonic() - t0
     robot_s, interventions = 0.0, {}
+
+    def save() -> None:
+        protocol = protocol_of(cks, task, seeds, sweep, robot, chunk, num_envs)
+        protocol["wall_s"] = {"simulation": round(sim_s, 1), "robot": round(robot_s, 1)}
+        if robot_name is not None:  # the safety layer clips like the simulator; anything else shows here
+            protocol["robot_safety_interventions"] = interventions
+        write_results(out / "results.json", protocol, conds, episodes)
+
     if robot_name is not None:
         tw = Twin(task, twin, cks[0].cfg, cks[0].label, out / "twin.log") if twin else None
         try:
@@ -258,14 +266,16 @@ def sim2real(checkpoints: list[str], task: str, out: str | Path, trials: int = 1
                 robot_s += info["wall_s"]
                 interventions[ck.label] = info["safety_interventions"]
                 record(ck, robot_name, succ, lengths)
+        except Sim2RealError as e:  # keep what ran: the simulated episodes and finished robot runs
+            save()
+            write_report(out)
+            raise Sim2RealError(f"{e} (the episodes that finished are in {out / 'results.json'})") from None
         finally:
             if tw is not None:
                 tw.close()
-    protocol = protocol_of(cks, task, seeds, sweep, robot, chunk, num_envs)
-    protocol["wall_s"] = {"simulation": round(sim_s, 1), "robot": round(robot_s, 1)}
-    if robot_name is not None:  # the safety layer clips like the simulator; anything else shows here
-        protocol["robot_safety_interventions"] = interventions
-    write_results(out / "results.json", protocol, conds, episodes)
+    save()
+    for old in (out / "videos").glob("*.mp4"):  # the report lists every mp4 of the folder
+        old.unlink()
     for name, (ck, seed) in failed.items() if videos else []:
         if conds[name]["kind"] != "robot":  # the twin publishes no frames a state policy needs
             safe = name.replace("=", "_").replace(":", "_").replace("/", "_")

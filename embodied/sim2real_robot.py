@@ -178,7 +178,7 @@ def run_robot(policy: Any, rc: Any, seeds: Sequence[int], twin: Twin | None = No
     except EnvError as e:
         if twin is not None:
             twin.check_alive()
-        raise Sim2RealError(f"robot: {e}") from None
+        raise Sim2RealError(str(e) if str(e).startswith("robot") else f"robot: {e}") from None
     finally:
         counts = dict(env.safety.counts) if env.safety is not None else {}
         env.close()

@@ -162,3 +162,16 @@ def test_robot_config_file_drives_a_robot_over_dds(reach_run, tmp_path, capsys, 
     eps = data["episodes"]
     pick = (lambda c: [(e["seed"], e["success"], e["length"]) for e in eps if e["condition"] == c])
     assert len(pick("robot")) == 6 and pick("robot") == pick("nominal")
+
+
+def test_robot_that_does_not_answer_keeps_the_simulated_episodes(reach_run, tmp_path, capsys, dds_env):
+    robot = tmp_path / "robot.yaml"  # nothing serves these topics
+    robot.write_text("task: Reach\nprivileged_topic: /privileged\nprivileged_dim: 15\ntransport: dds\n"
+                     "reset_timeout_s: 1\nnamespace: /nobody\n")
+    out = tmp_path / "out"
+    rc, err = _sim2real([str(reach_run), "--task", "Reach", "--robot", str(robot), "--trials", "4",
+                         "--no-videos", "--out", str(out)], capsys)
+    assert rc == 2 and len(err.splitlines()) == 1
+    assert "robot: reset not acknowledged on /nobody/reset_done" in err and "results.json" in err
+    data = json.loads((out / "results.json").read_text())
+    assert [e["condition"] for e in data["episodes"]] == ["nominal"] * 4 and (out / "report.md").is_file()
