@@ -64,7 +64,7 @@ def pick_place(privileged: np.ndarray) -> np.ndarray:
     target[far, 2] = high[far]
     low = far & (p[:, 2] < high - 0.04)
     target[low, :2] = p[low, :2]
-    at_goal = ~far & (np.abs(goal[:, 2] - p[:, 2]) < 0.015)
+    at_goal = ~far & (np.abs(goal[:, 2] - p[:, 2]) < 0.008)
     closing = ~held & near & (width >= HELD_WIDTH[1]) & (at_goal | (width < 0.07))
     target = np.where(closing[:, None], p, target)  # closing at the grasp point: stay
     grip = np.where(held | closing, 1.0, -1.0)  # closed on nothing (width < 0.003): open again
