@@ -11,7 +11,6 @@ import os
 import select
 import struct
 import subprocess
-import sys
 import tempfile
 from multiprocessing import resource_tracker, shared_memory
 from pathlib import Path
@@ -131,7 +130,3 @@ class WorkerProc:
         if os.path.exists(self.err_path):
             os.unlink(self.err_path)
 
-
-def check_shm_gone(name: str) -> bool:
-    """True when no shared-memory block `name` exists any more (Linux: /dev/shm)."""
-    return not os.path.exists(f"/dev/shm/{name.lstrip('/')}") if sys.platform.startswith("linux") else True
