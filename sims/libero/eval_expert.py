@@ -13,7 +13,7 @@ import json
 import numpy as np
 import torch
 
-from sims.libero.expert import pick_place
+from sims.libero.expert import PickPlace
 from sims.registry import make_env
 
 
@@ -22,14 +22,16 @@ def main() -> None:
     p.add_argument("--inits", type=int, default=3)
     args = p.parse_args()
     env = make_env("libero:libero_spatial", 10, seed=0)
+    expert = PickPlace()
     wins = np.zeros((10, args.inits), bool)
     steps = np.zeros((10, args.inits), int)
     try:
         for k in range(args.inits):
             obs, _ = env.reset(seed=[k] * 10)
+            expert.reset(np.arange(10), obs["privileged"].numpy())
             done = np.zeros(10, bool)
             while not done.all():
-                r = env.step(torch.from_numpy(pick_place(obs["privileged"].numpy())))
+                r = env.step(torch.from_numpy(expert(obs["privileged"].numpy())))
                 obs = r.obs
                 new = r.done.numpy() & ~done
                 wins[new, k] = r.terminated.numpy()[new]

@@ -44,8 +44,10 @@ def _rotvec(R: np.ndarray) -> np.ndarray:
 DOWN = np.diag([1.0, -1.0, -1.0])  # hand pointing down, fingers along world y (pi about x)
 
 
-def pick_place(privileged: np.ndarray) -> np.ndarray:
-    """privileged float [B, P] -> actions float32 [B, 7]."""
+def pick_place(privileged: np.ndarray, prev_width: np.ndarray | None = None) -> np.ndarray:
+    """privileged float [B, P] -> actions float32 [B, 7]. prev_width float [B]: the finger gap
+    at the previous call (PickPlace keeps it); a gap that stopped shrinking below 2.5 cm then
+    also counts as a grasp (a rim taken at a slant closes wider than a straight one)."""
     x = np.asarray(privileged, np.float64)
     p, aa, fingers, bowl, plate = x[:, 0:3], x[:, 3:6], x[:, 6:8], x[:, 8:11], x[:, 11:14]
     side = np.where(bowl[:, 1] > 0, -1.0, 1.0)[:, None] * np.array([0.0, RIM, 0.0])
@@ -53,7 +55,10 @@ def pick_place(privileged: np.ndarray) -> np.ndarray:
     place = plate + side + np.array([0.0, 0.0, GRASP_Z + PLACE_Z])
     width = fingers[:, 0] - fingers[:, 1]
     near = (np.linalg.norm((grasp - p)[:, :2], axis=1) < 0.02) & (np.abs(grasp[:, 2] - p[:, 2]) < 0.03)
-    held = near & (width > HELD_WIDTH[0]) & (width < HELD_WIDTH[1])
+    closed = width < HELD_WIDTH[1]
+    if prev_width is not None:
+        closed |= (width < 0.025) & (np.abs(width - prev_width) < 5e-4)
+    held = near & (width > HELD_WIDTH[0]) & closed
     goal = np.where(held[:, None], place, grasp)
     err_xy = np.linalg.norm((goal - p)[:, :2], axis=1)
     high = goal[:, 2] + CLEAR_Z
@@ -65,7 +70,7 @@ def pick_place(privileged: np.ndarray) -> np.ndarray:
     low = far & (p[:, 2] < high - 0.04)
     target[low, :2] = p[low, :2]
     at_goal = ~far & (np.abs(goal[:, 2] - p[:, 2]) < 0.008)
-    closing = ~held & near & (width >= HELD_WIDTH[1]) & (at_goal | (width < 0.07))
+    closing = ~held & near & (width > HELD_WIDTH[0]) & (at_goal | (width < 0.07))
     target = np.where(closing[:, None], p, target)  # closing at the grasp point: stay
     grip = np.where(held | closing, 1.0, -1.0)  # closed on nothing (width < 0.003): open again
     grip = np.where(held & at_goal, -1.0, grip)  # at the place point: open
@@ -74,6 +79,26 @@ def pick_place(privileged: np.ndarray) -> np.ndarray:
     act[:, 3:6] = np.clip(ROT_GAIN * _rotvec(DOWN[None] @ _rotmat(aa).transpose(0, 2, 1)), -1.0, 1.0)
     act[:, 6] = grip
     return act.astype(np.float32)
+
+
+class PickPlace:
+    """pick_place with the finger gap of the previous call per env; reset(env_ids, privileged)
+    at new episodes (embodied collect calls it)."""
+
+    def __init__(self):
+        self.prev: np.ndarray | None = None
+
+    def reset(self, env_ids: np.ndarray, privileged: np.ndarray) -> None:
+        if self.prev is not None:
+            self.prev[np.asarray(env_ids)] = np.nan  # no history: |width - nan| < tol is False
+
+    def __call__(self, privileged: np.ndarray) -> np.ndarray:
+        x = np.asarray(privileged, np.float64)
+        if self.prev is None or len(self.prev) != len(x):
+            self.prev = np.full(len(x), np.nan)
+        act = pick_place(x, self.prev)
+        self.prev = x[:, 6] - x[:, 7]
+        return act
 
 
 def expert_for(task: str):
@@ -85,4 +110,4 @@ def expert_for(task: str):
     suite, _ = parse_name(task)
     if suite != "libero_spatial":
         raise EnvError(f"task: no scripted expert for {suite}; allowed: libero:libero_spatial[/TASK]")
-    return pick_place
+    return PickPlace()
