@@ -1,5 +1,6 @@
 """Scripted pick-and-place expert for libero_spatial ("pick up the black bowl ... and place it
-on the plate"), on privileged state. Stateless: every call decides from the observation alone.
+on the plate"), on privileged state. pick_place decides from one observation (and, given it,
+the previous finger gap); PickPlace, what expert_for returns, keeps that gap per env.
 
 privileged [B, P] (sims/libero/env.py): eef pos [0:3], eef axis-angle [3:6], finger qpos [6:8],
 the bowl's position [8:11], the plate's position [11:14]. The Panda's fingers close along world y
