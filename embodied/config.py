@@ -186,6 +186,9 @@ def _check_across_sections(cfg: ExperimentConfig) -> None:
                               f"{cfg.grpo.filter_low}, {cfg.grpo.filter_high}")
         if cfg.ppo.reward_level != "chunk":
             raise ConfigError("ppo.reward_level: GRPO scores whole episodes; use chunk (action needs PPO's critic)")
+        if cfg.ppo.normalize_rewards:
+            raise ConfigError("ppo.normalize_rewards: PPO only; GRPO normalises its returns within each group "
+                              "(grpo.normalize_std)")
     if (cfg.ppo.reward_level == "action" and cfg.policy.name in ("flow_vla", "ar_vla")
             and cfg.policy.critic_obs is None):
         raise ConfigError("policy.critic_obs: ppo.reward_level=action needs a fresh per-action value head; "

@@ -286,6 +286,8 @@ def test_grpo_loss_weighs_episodes_equally_without_renormalising():
 def test_bad_rl_input_gives_one_line_errors(tmp_path):
     with pytest.raises(ConfigError, match="grpo.group_size: env.num_envs=30 must be a multiple of group_size=8"):
         load_config(None, ["train.algorithm=grpo", "env.num_envs=30"])
+    with pytest.raises(ConfigError, match="ppo.normalize_rewards: PPO only"):
+        load_config(None, ["train.algorithm=grpo", "env.num_envs=16", "ppo.normalize_rewards=true"])
     with pytest.raises(ConfigError, match="ppo.logprob_level: 'sequence' is not allowed"):
         load_config(None, ["ppo.logprob_level=sequence"])
     with pytest.raises(ConfigError, match="ppo.reward_level: GRPO scores whole episodes"):
