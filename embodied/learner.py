@@ -293,7 +293,8 @@ class PPOLearner(PolicyGradientLearner):
         stats["advantage_mean"] = float(advantages.mean())
         stats["critic_warmup"] = float(warmup)
         if self.reward_scaler is not None:
-            stats["reward_scale"] = float(1.0 / torch.sqrt(self.reward_scaler.stats.var[0] + 1e-8))
+            rs = self.reward_scaler
+            stats["reward_scale"] = float(1.0 / torch.sqrt(rs.stats.var[0] + rs.eps))
         return stats
 
     def state_dict(self) -> dict[str, Any]:
