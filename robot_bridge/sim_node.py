@@ -82,16 +82,6 @@ class SimRobotNode:
         self.env = make_env(cfg.task, 1, obs_mode="rgb" if rgb else "state", cameras=(cfg.camera,),
                             image_size=(max(cfg.image_size, 8),) * 2, num_threads=1, seed=cfg.seed,
                             reality=cfg.reality)
-        # MujocoVecEnv resets a finished episode inside step(): read the joint state the episode
-        # ended in just before that reset, so that the final frame is one physics snapshot.
-        self._final_js: tuple[np.ndarray, np.ndarray] | None = None
-        env_auto_reset = self.env._auto_reset
-
-        def auto_reset(obs, done_ids) -> None:
-            self._final_js = self._joint_state()
-            env_auto_reset(obs, done_ids)
-
-        self.env._auto_reset = auto_reset
         self.tr = make_transport(cfg.transport, cfg.domain_id, "sim_robot")
         t = cfg.topic
         self.pub_js = self.tr.publisher(t("/joint_states"), "sensor_msgs/msg/JointState", STATE_QOS)
@@ -170,7 +160,10 @@ class SimRobotNode:
             if res is not None:
                 self.steps += 1
                 if bool(res.done[0]):
-                    self.obs, self.js = res.final_obs, self._final_js  # the robot stays where the episode ended
+                    # MujocoVecEnv resets a finished episode inside step(); its final_joint_state is
+                    # the state the episode ended in, so that the final frame is one physics snapshot
+                    pos, vel = self.env.final_joint_state
+                    self.obs, self.js = res.final_obs, (pos[0].copy(), vel[0].copy())
                     self.success, self.finished = bool(res.info["success"][0]), True
                 else:
                     self.obs, self.js = res.obs, self._joint_state()

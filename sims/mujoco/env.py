@@ -110,6 +110,7 @@ class MujocoVecEnv(VecEnv):
         self._ep: dict[str, np.ndarray] = {}
         self._rng = np.random.default_rng(seed)
         self._seeded = False
+        self.final_joint_state: tuple[np.ndarray, np.ndarray] | None = None  # set by auto-resets
         try:
             dr = resolve(randomization, reality)
         except RandomizationError as e:
@@ -260,7 +261,11 @@ class MujocoVecEnv(VecEnv):
         return s, ev, reward, term, trunc
 
     def _auto_reset(self, obs: dict[str, np.ndarray], done_ids: np.ndarray) -> None:
-        """Reset envs done_ids from the batch stream and write their first obs into obs."""
+        """Reset envs done_ids from the batch stream and write their first obs into obs. The
+        joint state every env was in just before is kept as `final_joint_state` ((pos, vel),
+        float64 [B, 5] each; rows done_ids are the finished episodes' last state), so that a
+        robot node can publish the final frame as one physics snapshot."""
+        self.final_joint_state = self.joint_state()
         self._reset_rows(done_ids, self.task.sample_episode(self._rng, len(done_ids)))
         self._observe_rows(obs, done_ids)
 
