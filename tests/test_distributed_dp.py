@@ -22,7 +22,7 @@ CFG = ["env.task=PushCube", "env.num_envs=8", "ppo.rollout_steps=8", "ppo.miniba
 
 def rank_update(rank: int, world: int, master: str, path: str) -> None:
     torch.set_num_threads(1)
-    data = torch.load(path, weights_only=False)
+    data = torch.load(path, weights_only=False)  # this test's own file in tmp_path: a Trajectory and an EnvSpec
     cfg = load_config(None, CFG)
     policy = build_role_policy(cfg, data["spec"], seed=100 + rank)  # rank 1 starts elsewhere: broadcast fixes it
     if rank == 0:
