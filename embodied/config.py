@@ -116,6 +116,10 @@ class TrainConfig:
     save_every: int = 10  # iterations
     torch_threads: int = 0  # 0 = leave torch's default
     progress: bool = True
+    # Roles (docs/distributed.md): null/null keeps the single-process loop of embodied/train.py;
+    # setting either runs env workers, rollout and learner as roles (backend null means local).
+    backend: Literal["local", "ray"] | None = None
+    placement: str | dict[str, Any] | None = None  # a preset name, or {preset, env, rollout, learner, stages, address}
 
 
 @dataclass
@@ -154,7 +158,32 @@ def config_from_dict(raw: dict[str, Any], overrides: list[str] = ()) -> Experime
     cfg = from_dict(ExperimentConfig, raw)
     _check_across_sections(cfg)
     _check_randomization(cfg.env)
+    _check_roles(cfg)
     return cfg
+
+
+def _check_roles(cfg: ExperimentConfig) -> None:
+    """train.backend / train.placement: what can be checked without this machine or a cluster
+    (preset, fields, counts, stages, algorithm); resources and the address are checked when
+    training starts (embodied/distributed/trainer.py). One-line ConfigError."""
+    if cfg.train.backend is None and cfg.train.placement is None:
+        return
+    from embodied.distributed.placement import PlacementError, placement_from_dict
+
+    if cfg.train.algorithm != "ppo":
+        raise ConfigError(f"train.algorithm: {cfg.train.algorithm!r} with train.backend/placement; allowed: ppo "
+                          f"(GRPO's grouped collection has no sharded collector)")
+    raw = cfg.train.placement
+    try:
+        place = placement_from_dict({"preset": raw} if isinstance(raw, str) else raw)
+    except PlacementError as e:
+        raise ConfigError(f"train.{e}") from None
+    if place.env.count > cfg.env.num_envs:
+        raise ConfigError(f"train.placement.env.count: {place.env.count} env workers for env.num_envs="
+                          f"{cfg.env.num_envs}; allowed: at most env.num_envs")
+    if place.learner.count > 1 and (cfg.train.backend or "local") == "local":
+        raise ConfigError(f"train.placement.learner.count: {place.learner.count} with backend local; allowed: 1 "
+                          f"(data-parallel learners run as processes: train.backend=ray)")
 
 
 def _check_randomization(env: EnvConfig) -> None:
@@ -238,7 +267,19 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
-        return _coerce(inner[0], value, key)
+        for tp_i in inner[:-1]:  # str | dict: the first type that fits
+            try:
+                return _coerce(tp_i, value, key)
+            except ConfigError:
+                pass
+        try:
+            return _coerce(inner[-1], value, key)
+        except ConfigError:
+            if len(inner) == 1:
+                raise
+        names = " or ".join("mapping" if typing.get_origin(a) is dict else getattr(a, "__name__", str(a))
+                            for a in inner)
+        raise ConfigError(f"{key}: expected {names}, got {value!r}")
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping, got {value!r}")

@@ -27,12 +27,15 @@ from typing import Any
 
 import torch
 
+from embodied.config import ConfigError
+
 ROLES = ("env", "rollout", "learner")
 PRESETS = ("collocated", "disaggregated", "pipelined")
 
 
-class PlacementError(ValueError):
-    """A placement that cannot run: unknown field or preset, too many resources, bad address."""
+class PlacementError(ConfigError):
+    """A placement that cannot run: unknown field or preset, too many resources, bad address.
+    A ConfigError, so `embodied train` reports it as one line with exit status 2."""
 
 
 @dataclass(frozen=True)
