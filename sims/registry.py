@@ -45,7 +45,8 @@ def make_env(task: str, num_envs: int, **kwargs: Any) -> VecEnv:
     """A MujocoVecEnv of `task` with num_envs envs; kwargs go to MujocoVecEnv (obs_mode,
     reward_mode, image_size, cameras, render_size, control_hz, timestep, num_threads, seed,
     max_episode_steps, device, randomization, reality). Names starting with "ms:"
-    ("ms:PickCube-v1") are ManiSkill3 tasks (sims/maniskill, the `maniskill` extra); kwargs go to ManiSkillVecEnv.
+    ("ms:PickCube-v1") are ManiSkill3 tasks (sims/maniskill, the `maniskill` extra); kwargs go to ManiSkillVecEnv
+    (randomization and reality: the knobs of sims/maniskill/randomization.py).
     Names starting with "libero:" ("libero:libero_spatial/0", "libero:libero_spatial") are LIBERO
     tasks (sims/libero, `make libero`); kwargs go to LiberoVecEnv."""
     if task.startswith("libero:"):  # LIBERO in its own venv (sims/libero, `make libero`)
@@ -59,13 +60,6 @@ def make_env(task: str, num_envs: int, **kwargs: Any) -> VecEnv:
         return LiberoVecEnv(task, num_envs, **{k: v for k, v in kwargs.items() if v is not None})
     if task.startswith("ms:"):
         from sims.maniskill.env import ManiSkillVecEnv
-
-        for key in ("randomization", "reality"):
-            if kwargs.pop(key, None) is not None:
-                from sims.vecenv import EnvError
-
-                raise EnvError(f"env.{key}: domain randomisation is implemented for the MuJoCo tasks "
-                               f"only; allowed for ManiSkill tasks: null (docs/sim2real.md)")
 
         return ManiSkillVecEnv(task, num_envs, **{k: v for k, v in kwargs.items() if v is not None})
     from sims.mujoco.env import MujocoVecEnv

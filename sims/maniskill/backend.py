@@ -75,9 +75,10 @@ def spec_of(env) -> dict[str, Any]:
     space = u.single_action_space
     from mani_skill.utils.registration import REGISTERED_ENVS
 
+    grip = u.agent.controller.controllers["gripper"].config  # absolute finger targets, last action dim
     return {"action_dim": int(space.shape[0]), "low": float(space.low.min()), "high": float(space.high.max()),
             "max_episode_steps": int(REGISTERED_ENVS[u.spec.id].max_episode_steps),
-            "control_hz": float(u.control_freq)}
+            "control_hz": float(u.control_freq), "gripper_range": (float(grip.lower), float(grip.upper))}
 
 
 class LocalEnvs:
@@ -86,6 +87,7 @@ class LocalEnvs:
     def __init__(self, env_id: str, k: int, opts: dict[str, Any]):
         self.rgb = opts["rgb"]
         self.envs = [_make(env_id, 1, opts) for _ in range(k)]
+        self._nominal: dict[int, dict] = {}  # env -> its physics before any change (_physics_of)
 
     def spec(self) -> dict[str, Any]:
         return spec_of(self.envs[0])
@@ -117,9 +119,51 @@ class LocalEnvs:
     def render(self, ids: list[int]) -> np.ndarray:
         return np.concatenate([self.envs[i].render()[..., :3].cpu().numpy() for i in ids])
 
+    def set_physics(self, values: dict[str, np.ndarray], ids: list[int]) -> dict:
+        """Scale envs ids' physics from nominal (sims/maniskill/randomization.py): values is knob ->
+        [n] with friction (every collision shape's friction), mass (mass and inertia of every
+        loose object: dynamic, not kinematic, not the robot), actuator_gain (every robot joint
+        drive's stiffness, its damping by the square root)."""
+        for j, i in enumerate(ids):
+            nominal = self._nominal.setdefault(i, _physics_of(self.envs[i].unwrapped))
+            _set_physics(nominal, {k: float(v[j]) for k, v in values.items()})
+        return {}
+
     def close(self) -> None:
         for e in self.envs:
             e.close()
+
+
+def _physics_of(u) -> dict[str, list]:
+    """The nominal physics of one physx_cpu ManiSkill env: (shape, static, dynamic, restitution)
+    of every collision shape, (body, mass, inertia) of every loose object, (joint, stiffness,
+    damping, force limit, mode) of every robot joint drive."""
+    bodies = [b for a in u.scene.actors.values() for b in a._bodies]
+    bodies += [b for link in u.agent.robot.links for b in link._bodies]
+    shapes = [(s, s.physical_material) for b in bodies for s in b.collision_shapes]
+    loose = [b for a in u.scene.actors.values() for b in a._bodies
+             if hasattr(b, "kinematic") and not b.kinematic]
+    joints = [j for joint in u.agent.robot.active_joints for j in joint._objs]
+    return {"friction": [(s, m.static_friction, m.dynamic_friction, m.restitution) for s, m in shapes],
+            "mass": [(b, b.mass, np.array(b.inertia)) for b in loose],
+            "actuator_gain": [(j, j.stiffness, j.damping, j.force_limit, j.drive_mode) for j in joints]}
+
+
+def _set_physics(nominal: dict[str, list], scale: dict[str, float]) -> None:
+    import sapien
+
+    if "friction" in scale:
+        for shape, static, dynamic, restitution in nominal["friction"]:
+            s = scale["friction"]
+            shape.set_physical_material(sapien.physx.PhysxMaterial(static * s, dynamic * s, restitution))
+    if "mass" in scale:
+        for body, mass, inertia in nominal["mass"]:
+            body.set_mass(mass * scale["mass"])
+            body.set_inertia(inertia * scale["mass"])
+    if "actuator_gain" in scale:
+        s = scale["actuator_gain"]
+        for joint, stiffness, damping, force_limit, mode in nominal["actuator_gain"]:
+            joint.set_drive_properties(stiffness * s, damping * np.sqrt(s), force_limit, mode)
 
 
 def _stack(rows: list[Rows]) -> dict[str, np.ndarray]:
@@ -193,11 +237,15 @@ class ProcBackend:
             local = [self.owner[ids[n]][1] for n in ns]
             if cmd == "reset":
                 args = (local, [extra[n] for n in ns])
+            elif isinstance(extra, dict):
+                args = ({k: v[ns] for k, v in extra.items()}, local)
             else:
                 args = (extra[ns], local)
             self.conns[w].send((cmd, args))
         parts = {w: self._recv(self.conns[w]) for w in per}
         out: dict[str, np.ndarray] = {}
+        if cmd == "set_physics":
+            return {}
         for w, ns in per.items():
             for key, v in parts[w].items():
                 if key not in out:
@@ -215,6 +263,13 @@ class ProcBackend:
     def restore(self, states: torch.Tensor, ids: np.ndarray) -> Rows:
         """Set envs ids to physics states [n, P]; rows of ids."""
         return self._call("restore", ids, states.detach().cpu().numpy())
+
+    def set_physics(self, ids: np.ndarray, values: dict[str, np.ndarray]) -> None:
+        """Scale envs ids' friction, loose-object mass, joint drives: knob -> float64 [n]."""
+        if self.local is not None:
+            self.local.set_physics(values, ids.tolist())
+        else:
+            self._call("set_physics", np.asarray(ids), values)
 
     def render(self, ids: np.ndarray) -> torch.Tensor:
         if self.local is not None:

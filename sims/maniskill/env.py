@@ -11,7 +11,8 @@ Observations (B envs; D, P depend on the task):
 Rewards (reward_mode, as in the MuJoCo suite): "staged" is ManiSkill's normalized dense reward
 P(s') in [0, 1] (1 on success); "dense" is P(s') - P(s) + 1[success]; "sparse" is 1[success].
 Auto-reset, final_obs, terminated (success or fail) / truncated (time limit), seeded per-env
-resets and chunk_step behave exactly as in MujocoVecEnv.
+resets and chunk_step behave exactly as in MujocoVecEnv. Domain randomisation (randomization /
+reality) takes the knobs ManiSkill allows without a scene rebuild (sims/maniskill/randomization.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import numpy as np
 import torch
 
 from sims.maniskill import lavapipe
+from sims.maniskill.randomization import MsRandomizer, resolve
 from sims.maniskill.tasks import DEFAULT_CONTROL_MODE, MsTask, check_control_mode, instruction, parse_name
 from sims.mujoco.seeding import parse_env_ids, parse_seeds, stream_from
 from sims.vecenv import ChunkStepResult, EnvError, EnvSpec, Obs, Seed, StepResult, VecEnv, check_action
@@ -51,7 +53,9 @@ class ManiSkillVecEnv(VecEnv):
     where CUDA is, else physx_cpu), "physx_cpu" or "physx_cuda"; render_backend "auto", "cpu",
     "gpu" or "none" (no rgb); num_threads: CPU worker processes (0: one per core, capped at B;
     1 keeps all envs in this process); seed: the episode stream until the first seeded reset;
-    max_episode_steps: override the task's time limit.
+    max_episode_steps: override the task's time limit. randomization / reality: a domain
+    randomisation block or reality preset (docs/sim2real.md) of the knobs in
+    sims/maniskill/randomization.py, drawn per env at every reset.
     """
 
     def __init__(self, task: str, num_envs: int, *, obs_mode: str = "state", reward_mode: str = "dense",
@@ -59,7 +63,7 @@ class ManiSkillVecEnv(VecEnv):
                  render_size: Sequence[int] | int = (128, 128), control_mode: str | None = None,
                  sim_backend: str = "auto", render_backend: str = "auto", num_threads: int = 0,
                  seed: int | None = None, max_episode_steps: int | None = None,
-                 device: str | torch.device | None = None):
+                 device: str | torch.device | None = None, randomization: Any = None, reality: Any = None):
         entry, name_mode = parse_name(task)
         self.task: MsTask = entry
         mode = check_control_mode(control_mode or name_mode or DEFAULT_CONTROL_MODE)
@@ -86,6 +90,7 @@ class ManiSkillVecEnv(VecEnv):
             raise EnvError("sim_backend: physx_cuda needs a CUDA device; use physx_cpu")
         if render_backend == "auto":
             render_backend = "gpu" if cuda else "cpu"
+        dr = resolve(randomization, reality, sim_backend)  # before anything is built
         self.image_size, self.render_size = _size("image_size", image_size), _size("render_size", render_size)
         self.obs_mode, self.reward_mode, self.control_mode = obs_mode, reward_mode, mode
         opts = dict(rgb=obs_mode == "rgb", image_size=self.image_size, render_size=self.render_size,
@@ -107,8 +112,11 @@ class ManiSkillVecEnv(VecEnv):
         self._elapsed = torch.zeros(num_envs, dtype=torch.long)
         self._instr = [""] * int(num_envs)
         self._cur: dict[str, torch.Tensor] = {}  # latest rows of every env (obs parts, progress)
+        self._grip = info["gripper_range"]
+        self._dr = None if dr is None else MsRandomizer(dr, int(num_envs), info["action_dim"], seed,
+                                                        self.backend.set_physics)
         seeds0 = self._draw(num_envs)
-        first = self.backend.reset(np.arange(num_envs), seeds0, grouped=False)
+        first = self._backend_reset(np.arange(num_envs), seeds0, grouped=False, dr_seeds=None)
         steps = int(max_episode_steps or info["max_episode_steps"])
         self.spec = EnvSpec(task=task, num_envs=int(num_envs), action_dim=info["action_dim"], state_dim=STATE_DIM,
                             privileged_dim=first["ms_state"].shape[1] + first["physics"].shape[1],
@@ -120,6 +128,26 @@ class ManiSkillVecEnv(VecEnv):
     # ------------------------------------------------------------------ helpers
     def _draw(self, n: int) -> list[int]:
         return self._rng.integers(0, 2**31 - 1, n).tolist()
+
+    def _backend_reset(self, ids: np.ndarray, seeds: list[int], grouped: bool,
+                       dr_seeds: list[int] | None) -> dict[str, torch.Tensor]:
+        """Reset envs ids in the backend; with randomisation, draw their values first (from
+        dr_seeds, or the randomiser's stream) and fill their action queues with "hold"."""
+        if self._dr is not None:
+            self._dr.draw(ids, dr_seeds)
+        rows = self.backend.reset(ids, seeds, grouped=grouped)
+        if self._dr is not None:
+            self._dr.reset_queue(ids, self._hold(rows["ms_state"]))
+        return rows
+
+    def _hold(self, ms_state: torch.Tensor) -> np.ndarray:
+        """The "hold" actions [n, A] of envs in states ms_state: no arm motion (a zero delta),
+        the gripper commanded to where its fingers are (the last action dim is absolute)."""
+        lo, hi = self._grip
+        hold = np.zeros((ms_state.shape[0], self.backend.spec["action_dim"]))
+        finger = ms_state[:, 7].double().cpu().numpy()  # panda_finger_joint1
+        hold[:, -1] = np.clip(2.0 * (finger - lo) / (hi - lo) - 1.0, -1.0, 1.0)
+        return hold
 
     def _reset_done(self, ids: np.ndarray, rows: dict[str, torch.Tensor], seeds: list[int]) -> None:
         """Record freshly reset rows of envs ids (their counters, instructions, rows)."""
@@ -134,6 +162,10 @@ class ManiSkillVecEnv(VecEnv):
         ms = rows["ms_state"]
         out: Obs = {"state": ms[:, :STATE_DIM].contiguous(),
                     "privileged": torch.cat([ms, rows["physics"]], dim=1)}
+        if self._dr is not None and self._dr.r.has("obs_noise"):
+            noisy = {k: out[k].cpu().numpy() for k in ("state", "privileged")}
+            self._dr.observe(noisy, None, STATE_DIM)
+            out.update({k: torch.from_numpy(v).to(out[k].device) for k, v in noisy.items()})
         if self.obs_mode == "rgb":
             out["rgb_front"] = rows["rgb_front"]
         out = {k: v.to(self.device, copy=True) for k, v in out.items()}  # rows change in place
@@ -149,8 +181,11 @@ class ManiSkillVecEnv(VecEnv):
             seeds = parse_seeds(seed, len(ids))
             if not self._seeded:
                 self._rng, self._seeded = stream_from(seeds), True
+                if self._dr is not None:
+                    self._dr.reseed(seeds)
         if len(ids):
-            rows = self.backend.reset(ids, seeds, grouped=seed is not None)
+            rows = self._backend_reset(ids, seeds, grouped=seed is not None,
+                                       dr_seeds=None if seed is None else seeds)
             self._reset_done(ids, rows, seeds)
         return self._obs(self._cur, self._instr), {}
 
@@ -160,6 +195,9 @@ class ManiSkillVecEnv(VecEnv):
 
     def _advance(self, a: torch.Tensor, ids: np.ndarray):
         """One control step of envs ids with actions a [n, A] -> (rows, reward, term, trunc, info)."""
+        if self._dr is not None and self._dr.r.has("latency_steps", "action_noise"):
+            applied = self._dr.action(a.detach().cpu().double().numpy(), ids)
+            a = torch.from_numpy(applied).to(a.device, torch.float32)
         rows = self.backend.step(a, ids)
         idx = torch.as_tensor(ids, dtype=torch.long)
         self._elapsed[idx] += 1
@@ -180,7 +218,7 @@ class ManiSkillVecEnv(VecEnv):
 
     def _auto_reset(self, done_ids: np.ndarray) -> None:
         seeds = self._draw(len(done_ids))
-        rows = self.backend.reset(done_ids, seeds, grouped=False)
+        rows = self._backend_reset(done_ids, seeds, grouped=False, dr_seeds=None)
         self._reset_done(done_ids, rows, seeds)
 
     def step(self, action: torch.Tensor) -> StepResult:
@@ -239,12 +277,18 @@ class ManiSkillVecEnv(VecEnv):
                 "physics": self._cur["physics"].cpu().numpy().copy(),
                 "progress": self._cur["progress"].cpu().numpy().copy(),
                 "elapsed_steps": self._elapsed.numpy().copy(), "instructions": list(self._instr),
-                "rng_state": json.dumps(self._rng.bit_generator.state), "rng_seeded": int(self._seeded)}
+                "rng_state": json.dumps(self._rng.bit_generator.state), "rng_seeded": int(self._seeded),
+                **(self._dr.state_dict() if self._dr is not None else {})}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("task") != self.spec.task or int(state.get("num_envs", -1)) != self.num_envs:
             raise EnvError(f"state_dict: saved for {state.get('task')} x {state.get('num_envs')}, "
                            f"this env is {self.spec.task} x {self.num_envs}")
+        if (self._dr is None) != ("randomization.queue" not in state):
+            raise EnvError("state_dict: saved with" + ("" if self._dr is None else "out")
+                           + " domain randomisation; build the env with the same randomization/reality")
+        if self._dr is not None:
+            self._dr.load_state_dict(state)  # physics knobs first: restore() reads the states back
         ids = np.arange(self.num_envs)
         rows = self.backend.restore(torch.as_tensor(np.asarray(state["physics"], np.float32)), ids)
         for k, v in rows.items():
