@@ -53,7 +53,13 @@ def train(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, 
     One iteration: collect (PPO: rollout_steps policy steps of every env; GRPO: one episode
     per env), update, log; every eval_every iterations a seeded deterministic evaluation,
     every save_every a checkpoint. It stops once total_steps env steps were collected.
+    With train.backend or train.placement set, the same loop runs over roles
+    (embodied/distributed/trainer.py, docs/distributed.md).
     """
+    if cfg.train.backend is not None or cfg.train.placement is not None:
+        from embodied.distributed.trainer import train_with_roles
+
+        return train_with_roles(cfg, resume)
     tc = cfg.train
     run_dir = Path(tc.run_dir)
     if tc.torch_threads:

@@ -1,5 +1,6 @@
 """Roles as Ray actors on a local Ray (2 CPUs, no dashboard, torn down at the end): identical
-weights to backend local, and an env worker killed with kill -9 mid-rollout is restarted."""
+weights to backend local (MLP and flow VLA, through train_roles and through `embodied train`),
+and an env worker killed with kill -9 mid-rollout is restarted."""
 
 import os
 import signal
@@ -12,6 +13,8 @@ from embodied.config import load_config
 from embodied.distributed.backend import make_backend
 from embodied.distributed.loop import build_roles, train_roles
 from embodied.distributed.placement import placement_from_dict, preset
+from test_distributed_train import TINY as TINY_CLI
+from test_distributed_train import final_weights, tiny_flow_vla
 
 pytestmark = pytest.mark.ray
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # before Ray's import: Ray on 127.0.0.1 only
@@ -84,5 +87,29 @@ def test_stale_schedule_on_ray_equals_local():
     local = train_roles(cfg, preset("collocated", 1), "local", iterations=3, max_staleness=1)
     remote = train_roles(cfg, preset("collocated", 1), "ray", iterations=3, max_staleness=1)
     assert [h["staleness"] for h in remote["history"]] == [0, 1, 1]
+    for k, v in local["weights"].items():
+        assert torch.equal(v, remote["weights"][k]), k
+
+
+def test_embodied_train_on_ray_equals_local(tmp_path, capsys):
+    """`embodied train ... train.backend=ray` on this machine's Ray runs to the end, with the
+    checkpoint of train.backend=local."""
+    from embodied.cli import main
+
+    args = ["train", *TINY_CLI, "train.placement=pipelined", "train.total_steps=256", "train.save_every=2"]
+    assert main([*args, "train.backend=ray", f"train.run_dir={tmp_path / 'ray'}"]) == 0
+    assert "backend ray" in capsys.readouterr().out
+    assert main([*args, "train.backend=local", f"train.run_dir={tmp_path / 'local'}"]) == 0
+    ray_w, local_w = final_weights(tmp_path / "ray"), final_weights(tmp_path / "local")
+    assert (tmp_path / "ray" / "checkpoints" / "latest").read_text().strip() == "iter_000004"
+    for k, v in local_w.items():
+        assert torch.equal(v, ray_w[k]), k
+
+
+def test_flow_vla_on_ray_equals_local(tmp_path):
+    cfg = load_config(None, tiny_flow_vla(tmp_path / "vla"))
+    local = train_roles(cfg, preset("pipelined", 2), "local", iterations=2)
+    remote = train_roles(cfg, preset("pipelined", 2), "ray", iterations=2)
+    assert remote["version"] == 2 and len({w["pid"] for w in remote["where"]["env"]}) == 2
     for k, v in local["weights"].items():
         assert torch.equal(v, remote["weights"][k]), k

@@ -20,11 +20,13 @@ from embodied.distributed.placement import Placement, PlacementError, RoleSpec, 
 
 
 class LocalHandle:
-    """A role object in this process, with an optional single thread for its calls."""
+    """A role object in this process, with an optional single thread for its calls. A threaded
+    role is also built on that thread: state bound to a thread (an EGL context that rendering
+    makes current) stays with the one thread that uses it."""
 
-    def __init__(self, obj: Any, threaded: bool):
-        self.obj = obj
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix=type(obj).__name__) if threaded else None
+    def __init__(self, cls: type, args: tuple, kwargs: dict[str, Any], threaded: bool):
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix=cls.__name__) if threaded else None
+        self.obj = self.pool.submit(cls, *args, **kwargs).result() if self.pool is not None else cls(*args, **kwargs)
 
 
 class LocalBackend:
@@ -39,7 +41,7 @@ class LocalBackend:
         self.handles: list[LocalHandle] = []
 
     def create(self, cls: type, spec: RoleSpec, *args: Any, threaded: bool = False, **kwargs: Any) -> LocalHandle:
-        handle = LocalHandle(cls(*args, **kwargs), threaded)
+        handle = LocalHandle(cls, args, kwargs, threaded)
         self.handles.append(handle)
         return handle
 
@@ -79,6 +81,8 @@ class RayBackend:
         self.ray, self.started = ray, False
         self.dead_errors = (ray.exceptions.RayActorError,)  # the actor's process is gone
         if not ray.is_initialized():
+            if placement.address is None:  # Ray would start here: the placement must fit this machine
+                check_fits(placement, local_resources())
             try:
                 if placement.address is None:
                     # "local": a new Ray here, never one found through Ray's address file

@@ -227,6 +227,23 @@ class ShardedCollector:
         self.finished = []
         return stats
 
+    def state_dict(self) -> dict[str, Any]:
+        """What collect() carries between calls (each stage's observation, the episodes in
+        progress, restarts), for an exact resume; the env workers save their own envs."""
+        return {"obs": [tensor_obs(o) for o in self.obs],
+                "instructions": [list(o.get("instruction", [])) for o in self.obs],
+                "ep_return": self.ep_return, "ep_length": self.ep_length, "ep_success": self.ep_success,
+                "seed": self.seed, "restarts": self.restarts, "dropped_episodes": self.dropped_episodes,
+                "chunk": self.chunk}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.obs = []
+        for obs, instr in zip(state["obs"], state["instructions"]):
+            self.obs.append({**obs, "instruction": list(instr)} if instr else dict(obs))
+        self.ep_return, self.ep_length, self.ep_success = state["ep_return"], state["ep_length"], state["ep_success"]
+        self.seed, self.restarts, self.chunk = int(state["seed"]), int(state["restarts"]), int(state["chunk"])
+        self.dropped_episodes = int(state["dropped_episodes"])
+
     def fault_stats(self) -> dict[str, float]:
         """Env-worker restarts and episodes dropped with them, since the start."""
         return {"env_worker_restarts": float(self.restarts), "dropped_episodes": float(self.dropped_episodes)}

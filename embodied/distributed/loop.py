@@ -3,8 +3,9 @@ the learner(s), push the new weights (with their version) to the rollout role. T
 runs with `backend: local` (one process) and `backend: ray` (actors); with a fixed seed both
 give identical weights (tests/test_distributed_roles.py).
 
-This is the roles' counterpart of embodied/train.py's loop without evaluation, checkpoints
-and TensorBoard (docs/distributed.md says what exists and what does not yet).
+`train_roles` is the Python API (a fixed number of iterations, optionally one version stale);
+`embodied train` with train.backend / train.placement runs embodied/distributed/trainer.py,
+train.py's loop with evaluation, checkpoints and exact resume over the same roles.
 """
 
 from __future__ import annotations

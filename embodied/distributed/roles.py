@@ -85,6 +85,13 @@ class EnvWorker(Role):
 
         return env_step(self.env, actions)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The shard's env state (physics, counters, RNG) for an exact resume."""
+        return self.env.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.env.load_state_dict(state)
+
     def close(self) -> None:
         self.env.close()
 
@@ -127,6 +134,13 @@ class RolloutWorker(Role, OwnRng):
         self.version = version
         return version
 
+    def state_dict(self) -> dict[str, Any]:
+        """Its RNG stream (the weights come from the learner)."""
+        return {"rng": self._rng}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._rng = state["rng"]
+
 
 class LearnerWorker(Role, OwnRng):
     """The PPO / GRPO learner of train.py on its own copy of the policy. With world_size > 1 it
@@ -166,6 +180,16 @@ class LearnerWorker(Role, OwnRng):
         self.policy.update_normalizer(traj.obs)
         self.version += 1
         return stats
+
+    def state_dict(self) -> dict[str, Any]:
+        """The learner's state (optimiser, iteration, reward scaler), its RNG stream and version;
+        the weights are saved with the policy."""
+        return {"learner": self.learner.state_dict(), "rng": self._rng, "version": self.version}
+
+    def load_state_dict(self, state: dict[str, Any], weights: dict[str, torch.Tensor]) -> None:
+        self.policy.load_state_dict(weights)
+        self.learner.load_state_dict(state["learner"])
+        self._rng, self.version = state["rng"], int(state["version"])
 
     def weights(self) -> tuple[dict[str, torch.Tensor], int]:
         """(the policy's state_dict, its version)."""

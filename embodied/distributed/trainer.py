@@ -1,0 +1,159 @@
+"""`embodied train` through roles: embodied/train.py's loop (collect, update, log, evaluate,
+checkpoint, exact resume) with the collection and the update done by the env workers, the
+rollout role and the learner(s) of embodied/distributed/, on `train.backend` (local or ray) and
+`train.placement`. train.py calls `train_with_roles` when either is set; otherwise nothing here
+is imported.
+
+The driver keeps a copy of the policy, loaded with the learner's weights after every update:
+it evaluates (on the driver's own eval env, as train.py does) and is what a checkpoint's
+policy/ holds. A checkpoint also holds every role's state (each env worker's envs, the
+collector's observations and episodes in progress, the rollout and learner RNG streams, the
+learner's optimiser), so a killed run resumes exactly (`embodied train --resume RUN_DIR`).
+Synchronous only: each batch is collected on the newest weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from embodied.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from embodied.config import ExperimentConfig, to_dict
+from embodied.distributed.backend import make_backend
+from embodied.distributed.collect import ShardedCollector
+from embodied.distributed.loop import build_roles
+from embodied.distributed.placement import Placement, placement_from_dict
+from embodied.distributed.roles import build_role_policy
+from embodied.evaluate import EvalResult, evaluate
+from embodied.logger import Logger
+
+
+def placement_of(cfg: ExperimentConfig) -> Placement:
+    """train.placement (a preset name, a mapping, or null for `collocated`) -> Placement."""
+    raw = cfg.train.placement
+    return placement_from_dict({"preset": raw} if isinstance(raw, str) else raw)
+
+
+def roles_state(backend: Any, collector: ShardedCollector, learners: list[Any]) -> dict[str, Any]:
+    """Every role's state, for a checkpoint (the weights are saved with the policy)."""
+    b = backend
+    return {"envs": b.get([b.call(w, "state_dict") for w in collector.workers]),
+            "rollout": b.get(b.call(collector.rollout, "state_dict")),
+            "learners": b.get([b.call(lrn, "state_dict") for lrn in learners]),
+            "collector": collector.state_dict()}
+
+
+def load_roles_state(backend: Any, collector: ShardedCollector, learners: list[Any], state: dict[str, Any],
+                     weights: dict[str, torch.Tensor]) -> None:
+    """Inverse of roles_state: the roles continue where the checkpoint's run stood."""
+    if "envs" not in state:
+        raise CheckpointError("--resume: this checkpoint was written by the single-process loop; resume it with "
+                              "train.backend=null train.placement=null")
+    for key, have in (("envs", collector.workers), ("learners", learners)):
+        if len(state[key]) != len(have):
+            field = "env" if key == "envs" else "learner"
+            raise CheckpointError(f"train.placement.{field}.count: the checkpoint has {len(state[key])}, this "
+                                  f"placement {len(have)}; resume with the checkpoint's placement")
+    b = backend
+    b.get([b.call(w, "load_state_dict", s) for w, s in zip(collector.workers, state["envs"])])
+    b.get(b.call(collector.rollout, "load_state_dict", state["rollout"]))
+    b.get([b.call(lrn, "load_state_dict", s, weights) for lrn, s in zip(learners, state["learners"])])
+    collector.load_state_dict(state["collector"])
+
+
+def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, Any]:
+    """embodied/train.py's train() for a config with train.backend / train.placement set: the
+    same summary, checkpoints, TensorBoard sections and evaluation."""
+    from embodied.train import build_env, eval_seeds  # late: train.py imports this module lazily too
+
+    tc = cfg.train
+    run_dir = Path(tc.run_dir)
+    placement = placement_of(cfg)
+    backend_name = tc.backend or "local"
+    if tc.torch_threads:
+        torch.set_num_threads(tc.torch_threads)
+    torch.manual_seed(tc.seed)
+    backend = make_backend(backend_name, placement)  # resources and the address, before anything starts
+    eval_env = None
+    try:
+        collector, learners = build_roles(cfg, placement, backend)
+        b = backend
+        spec = b.get(b.call(collector.workers[0], "spec"))
+        spec = dataclasses.replace(spec, num_envs=cfg.env.num_envs)
+        policy = build_role_policy(cfg, spec, tc.seed)  # the driver's copy: evaluation and checkpoints
+        eval_env = build_env(cfg.env, min(tc.eval_episodes, 64))
+        seeds = eval_seeds(tc.eval_episodes)
+
+        it, env_steps, summary = 0, 0, {}
+        if resume is not None:
+            ckpt, meta, state = load_checkpoint(resume)
+            policy.load_saved_weights(ckpt / "policy")
+            load_roles_state(b, collector, learners, state, policy.state_dict())
+            torch.set_rng_state(state["torch_rng"])
+            it, env_steps, summary = meta["iteration"], meta["env_steps"], meta.get("summary", {})
+        else:
+            first = collector.reset(seed=tc.seed)
+            b.get([b.call(lrn, "observe", first) for lrn in learners])
+        weights, version = b.get(b.call(learners[0], "weights"))
+        collector.set_weights(weights, version)
+        policy.load_state_dict(weights)
+        if resume is None:
+            summary["success_before"] = evaluate(policy, eval_env, seeds).success_rate
+            summary["eval_curve"] = [(0, summary["success_before"])]
+
+        logger = Logger(run_dir / "tb", tc.total_steps, env_steps, tc.progress)
+        logger.print(f"run {run_dir}: {tc.algorithm} on {cfg.env.task}, {cfg.env.num_envs} envs in "
+                     f"{placement.env.count} env workers, {placement.stages} stage(s), {placement.learner.count} "
+                     f"learner(s), backend {backend_name}; {tc.total_steps} env steps; success before training "
+                     f"{summary['success_before']:.2f}")
+        result: EvalResult | None = None
+        t_start = time.time()
+        while env_steps < tc.total_steps:
+            t0 = time.time()
+            batch = collector.collect()
+            t1 = time.time()
+            stats = b.get([b.call(lrn, "update", batch.traj) for lrn in learners])[0]
+            weights, version = b.get(b.call(learners[0], "weights"))
+            collector.set_weights(weights, version)
+            policy.load_state_dict(weights)
+            t2 = time.time()
+            env_steps, it = env_steps + batch.env_steps, it + 1
+
+            rollout = {**collector.pop_episode_stats(), **collector.fault_stats()}
+            rollout["reward_per_step"] = float(batch.traj.rewards.sum() / max(batch.env_steps, 1))
+            times = {f"{k}_seconds": v for k, v in batch.seconds.items()}
+            times.update(steps_per_second=batch.env_steps / (t2 - t0), update_seconds=t2 - t1,
+                         wall_seconds=time.time() - t_start, weight_version=float(batch.weight_version))
+            logger.log("train", stats, env_steps)
+            logger.log("rollout", rollout, env_steps)
+            logger.log("time", times, env_steps)
+            logger.progress(batch.env_steps, rollout_success=rollout.get("success_rate", float("nan")),
+                            kl=stats.get("approx_kl", 0.0))
+
+            last = env_steps >= tc.total_steps
+            if (tc.eval_every and it % tc.eval_every == 0) or last:
+                video = run_dir / "videos" / f"iter_{it:06d}.mp4" if (last and tc.video_episodes) else None
+                result = evaluate(policy, eval_env, seeds, video_path=video, video_episodes=tc.video_episodes)
+                logger.log("eval", result.as_dict(), env_steps)
+                summary.setdefault("eval_curve", []).append((env_steps, result.success_rate))
+                logger.print(f"iter {it} step {env_steps}: eval success {result.success_rate:.2f}")
+            if (tc.save_every and it % tc.save_every == 0) or last:
+                if result is not None:
+                    summary["success_after"] = result.success_rate
+                    summary["video"] = str(result.video) if result.video else summary.get("video")
+                state = {**roles_state(b, collector, learners), "torch_rng": torch.get_rng_state()}
+                meta = {"config": to_dict(cfg), "iteration": it, "env_steps": env_steps, "summary": summary}
+                ckpt = save_checkpoint(run_dir / "checkpoints", f"iter_{it:06d}", policy, state, meta)
+                summary["checkpoint"] = str(ckpt)
+        logger.close()
+    finally:
+        if eval_env is not None:
+            eval_env.close()
+        backend.shutdown()
+    summary.update(run_dir=str(run_dir), tensorboard=str(run_dir / "tb"), wall_seconds=time.time() - t_start,
+                   env_steps=env_steps, iterations=it, backend=backend_name)
+    return summary
