@@ -30,13 +30,17 @@ class Stats(nn.Module):
         self.register_buffer("mean", torch.zeros(dim))
         self.register_buffer("std", torch.ones(dim))
 
-    def set(self, mean: Any, std: Any) -> None:
+    def set(self, mean: Any, std: Any, min_std: float = MIN_STD) -> None:
+        """mean / std [D]; std is clamped to min_std (a released checkpoint's exact centre and
+        scale are set with min_std=0: policies/vla/pretrained/stats.py)."""
         mean, std = torch.as_tensor(mean, dtype=torch.float32), torch.as_tensor(std, dtype=torch.float32)
         if mean.shape != self.mean.shape or std.shape != self.std.shape:
             raise ValueError(f"stats: expected mean/std of shape {tuple(self.mean.shape)}, "
                              f"got {tuple(mean.shape)} / {tuple(std.shape)}")
+        if not bool((std.clamp(min=min_std) > 0).all()) or not bool(torch.isfinite(mean).all() & torch.isfinite(std).all()):
+            raise ValueError("stats: std must be finite and > 0, mean finite")
         self.mean.copy_(mean)
-        self.std.copy_(std.clamp(min=MIN_STD))
+        self.std.copy_(std.clamp(min=min_std))
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         return (x.float() - self.mean) / self.std
@@ -101,12 +105,16 @@ class VLAPolicy(Policy):
         texts = obs.get("instruction")
         if texts is None or len(texts) != batch:
             raise ValueError(f"obs['instruction']: expected a list of {batch} strings")
-        ids, mask = self.tokenizer.batch(list(texts), self.config.max_text_len)
+        suffix = self.config.prompt_suffix
+        ids, mask = self.tokenizer.batch([t + suffix for t in texts], self.config.max_text_len)
         return ids.to(self.device), mask.to(self.device)
 
     def padded_state(self, obs: dict[str, Any]) -> torch.Tensor:
         """obs['state'] [B, S] -> normalised, zero-padded float [B, max_state_dim]."""
-        s = self.state_stats.normalize(obs["state"][:, :self.config.state_dim].to(self.device))
+        raw = obs["state"].to(self.device)
+        idx = self.config.state_indices
+        raw = raw[:, idx] if idx else raw[:, :self.config.state_dim]
+        s = self.state_stats.normalize(raw)
         return nn.functional.pad(s, (0, self.config.max_state_dim - s.shape[1]))
 
     def executed(self, actions: torch.Tensor) -> torch.Tensor:

@@ -50,6 +50,10 @@ class VLAConfig:
     critic_obs: str = "prefix"  # "prefix": detached pooled backbone features; "privileged": the sim's state
     privileged_dim: int = 0  # width of obs['privileged'] for critic_obs="privileged" (set by the RL builder)
     critic_per_action: bool = False  # one value per executed action of the chunk (ppo.reward_level=action)
+    # Inputs as a released checkpoint expects them (policies/vla/pretrained/, docs/vla.md):
+    state_indices: list[int] = field(default_factory=list)  # obs['state'] dims fed, in order; [] = the first state_dim
+    prompt_suffix: str = ""  # appended to every instruction before tokenising (pi0: "\n")
+    prefix_attention: str = "causal"  # "causal" or "bidirectional" (pi0's prefix: every real token sees every other)
 
     @property
     def executed_len(self) -> int:
@@ -61,6 +65,11 @@ class VLAConfig:
             raise ValueError(f"critic_obs: {self.critic_obs!r} is not allowed; choose prefix or privileged")
         if self.critic and self.critic_obs == "privileged" and self.privileged_dim < 1:
             raise ValueError("privileged_dim: critic_obs=privileged needs the width of obs['privileged']")
+        if self.prefix_attention not in ("causal", "bidirectional"):
+            raise ValueError(f"prefix_attention: {self.prefix_attention!r} is not allowed; choose causal or bidirectional")
+        if self.state_indices and len(self.state_indices) != self.state_dim:
+            raise ValueError(f"state_indices: {len(self.state_indices)} indices for state_dim {self.state_dim}; "
+                             "give one env state index per policy state dimension")
 
 
 @dataclass
@@ -77,10 +86,15 @@ class FlowVLAConfig(VLAConfig):
     noise_std_min: float = 0.08  # Flow-Noise: bounds of the learned per-step std (pi_RL)
     noise_std_max: float = 0.16
     sde_noise_level: float = 0.5  # Flow-SDE: a in g_t = a * sqrt(t / (1 - t))
+    expert_arch: str = "toolkit"  # "toolkit" or "gemma" (pi0's expert; policies/vla/expert.py)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        from policies.vla.expert import ARCHS
         from policies.vla.exploration import METHODS
+
+        if self.expert_arch not in ARCHS:
+            raise ValueError(f"expert_arch: {self.expert_arch!r} is not allowed; choose one of {', '.join(ARCHS)}")
 
         if self.noise_method not in METHODS:
             raise ValueError(f"noise_method: {self.noise_method!r} is not allowed; choose one of {', '.join(METHODS)}")

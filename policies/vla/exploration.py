@@ -48,7 +48,7 @@ class NoiseHead(nn.Module):
         nn.init.zeros_(self.proj.bias)
 
     def forward(self, h: torch.Tensor, std_min: float, std_max: float) -> torch.Tensor:
-        return std_min + (std_max - std_min) * torch.sigmoid(self.proj(h).float())
+        return std_min + (std_max - std_min) * torch.sigmoid(self.proj(h.to(self.proj.weight.dtype)).float())
 
 
 def sde_step(x: torch.Tensor, v: torch.Tensor, t: torch.Tensor, dt: float,

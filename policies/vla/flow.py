@@ -38,6 +38,12 @@ def sum_parts(parts: torch.Tensor) -> torch.Tensor:
     return parts.double().sum((1, 2)).float()
 
 
+def _rope_theta(lm_config: Any) -> float:
+    """The LM's rotary base (transformers 5 keeps it in rope_parameters)."""
+    params = getattr(lm_config, "rope_parameters", None) or {}
+    return float(params.get("rope_theta", getattr(lm_config, "rope_theta", 10000.0)))
+
+
 class FlowVLA(VLAPolicy):
     name = "flow_vla"
     config_class = FlowVLAConfig
@@ -52,7 +58,8 @@ class FlowVLA(VLAPolicy):
             layers=int(lm.num_hidden_layers), hidden=config.expert_hidden,
             intermediate=config.expert_intermediate, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
             state_width=config.max_state_dim, action_width=config.max_action_dim,
-            chunk=config.chunk_size, min_period=config.time_min_period, max_period=config.time_max_period)
+            chunk=config.chunk_size, min_period=config.time_min_period, max_period=config.time_max_period,
+            arch=config.expert_arch, rope_theta=_rope_theta(lm))
         self.noise_head = NoiseHead(config.expert_hidden, config.max_action_dim)
         self._beta = torch.distributions.Beta(torch.tensor(1.5), torch.tensor(1.0))
 

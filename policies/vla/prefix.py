@@ -163,7 +163,11 @@ class VisionLanguagePrefix(nn.Module):
         full_mask = mask if past_mask is None else torch.cat([past_mask, mask], dim=1)
         offset = torch.zeros(mask.shape[0], dtype=torch.long, device=mask.device) if start is None else start
         positions = offset[:, None] + (mask.long().cumsum(1) - 1).clamp(min=0)
-        out = self.base(inputs_embeds=embeds, attention_mask=full_mask.long(), position_ids=positions,
+        att: torch.Tensor = full_mask.long()
+        if self.cfg.prefix_attention == "bidirectional" and past is None:
+            # every token sees every real token (pads see them too, so no row is empty)
+            att = full_mask[:, None, None, :].expand(-1, 1, mask.shape[1], -1)
+        out = self.base(inputs_embeds=embeds, attention_mask=att, position_ids=positions,
                         past_key_values=past, use_cache=True)
         return out.last_hidden_state, out.past_key_values
 

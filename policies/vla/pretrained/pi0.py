@@ -1,0 +1,228 @@
+"""pi0 (LeRobot policy directory or openpi PyTorch export) -> FlowVLA with the Gemma expert.
+
+Both formats hold one network, PaliGemma (SigLIP tower + linear projector + Gemma LM) with a
+Gemma action expert, under the names of openpi's PyTorch port (LeRobot prefixes them with
+"model."; transformers < 4.52 layouts put the LM under paligemma.language_model.model and
+the tower / projector under paligemma directly, and transformers 4 nests the SigLIP tower's
+weights under vision_tower.vision_model; all are read). Our names:
+
+  paligemma.model.vision_tower.X                 prefix.vision.X
+  paligemma.model.multi_modal_projector.linear   prefix.projector
+  paligemma.model.language_model.X               prefix.lm.X
+  paligemma.lm_head.weight                       tied to embed_tokens: equal, or the embeddings
+  gemma_expert.model.layers.i.input_layernorm    expert.layers.i.norm1 (post_attention_layernorm: norm2)
+  gemma_expert.model.layers.i.self_attn.{q,k,v,o}_proj    expert.layers.i.{q,k,v,o}
+  gemma_expert.model.layers.i.mlp.{gate,up,down}_proj     expert.layers.i.{gate,up,down}
+  gemma_expert.model.norm                        expert.norm
+  gemma_expert.lm_head.weight                    consumed: pi0 never reads the expert's vocabulary head
+  state_proj / action_in_proj / action_out_proj  expert.state_in / action_in / action_out
+  action_time_mlp_in / _out                      expert.action_time.0 / .2
+
+The architecture is read from the tensors' shapes (every pi0 Gemma has one key/value head,
+so head_dim is k_proj's width; SigLIP heads are 72 wide as in so400m) and checked against
+the named Gemma variants when the config names them.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from policies.vla.config import FlowVLAConfig
+from policies.vla.flow import FlowVLA
+from policies.vla.pretrained import stats as norm
+from policies.vla.pretrained.files import PretrainedError, read_json, read_safetensors
+from policies.vla.pretrained.input_map import InputMap
+from policies.vla.pretrained.strict import LoadReport, fill
+
+# openpi's Gemma variants (gemma.py get_config); "dummy" is its tiny test size.
+GEMMA = {"gemma_2b": dict(width=2048, depth=18, mlp_dim=16384, num_heads=8, num_kv_heads=1, head_dim=256),
+         "gemma_300m": dict(width=1024, depth=18, mlp_dim=4096, num_heads=8, num_kv_heads=1, head_dim=256),
+         "dummy": dict(width=64, depth=4, mlp_dim=128, num_heads=8, num_kv_heads=1, head_dim=16)}
+SIGLIP_HEAD_DIM = 72
+OPENPI_CAMERAS = ["base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb"]
+FRESH = ("noise_head.", "critic.", "critic_norm.", "state_stats.", "action_stats.")
+PG, EX = "paligemma_with_expert.paligemma.", "paligemma_with_expert.gemma_expert."
+_OLD = [(PG + "language_model.model.", PG + "model.language_model."), (PG + "language_model.lm_head.", PG + "lm_head."),
+        (PG + "vision_tower.", PG + "model.vision_tower."),
+        (PG + "multi_modal_projector.", PG + "model.multi_modal_projector."),
+        (PG + "model.vision_tower.vision_model.", PG + "model.vision_tower.")]
+_EXPERT = {"input_layernorm": "norm1", "post_attention_layernorm": "norm2", "self_attn.q_proj": "q",
+           "self_attn.k_proj": "k", "self_attn.v_proj": "v", "self_attn.o_proj": "o", "mlp.gate_proj": "gate",
+           "mlp.up_proj": "up", "mlp.down_proj": "down"}
+_HEADS = {"state_proj": "expert.state_in", "action_in_proj": "expert.action_in", "action_out_proj": "expert.action_out",
+          "action_time_mlp_in": "expert.action_time.0", "action_time_mlp_out": "expert.action_time.2"}
+PI05_MARKERS = ("time_mlp_in.weight", "time_mlp_out.weight")
+
+
+def canonical(key: str) -> str:
+    """LeRobot's "model." prefix off, old transformers layouts renamed to the current one."""
+    key = key[len("model."):] if key.startswith("model.") else key
+    for old, new in _OLD:  # in order: the old tower path, then transformers 4's vision_model level
+        if key.startswith(old):
+            key = new + key[len(old):]
+    return key
+
+
+def our_name(key: str) -> str | None:
+    """Canonical checkpoint key -> our state-dict name (None: not part of the layout)."""
+    for src, dst in ((PG + "model.vision_tower.", "prefix.vision."), (PG + "model.language_model.", "prefix.lm."),
+                     (PG + "model.multi_modal_projector.linear.", "prefix.projector.")):
+        if key.startswith(src):
+            return dst + key[len(src):]
+    m = re.fullmatch(re.escape(EX) + r"model\.layers\.(\d+)\.(.+)\.weight", key)
+    if m and m.group(2) in _EXPERT:
+        return f"expert.layers.{m.group(1)}.{_EXPERT[m.group(2)]}.weight"
+    if key == EX + "model.norm.weight":
+        return "expert.norm.weight"
+    head, _, leaf = key.rpartition(".")
+    if head in _HEADS and leaf in ("weight", "bias"):
+        return f"{_HEADS[head]}.{leaf}"
+    return None
+
+
+def architecture(t: dict[str, torch.Tensor], variants: dict[str, str]) -> dict[str, Any]:
+    """Widths and depths from the tensor shapes; checked against named Gemma variants."""
+    def need(key: str) -> torch.Tensor:
+        if key not in t:
+            raise PretrainedError(f"missing checkpoint key {key!r}; not a pi0 checkpoint")
+        return t[key]
+
+    def layers(prefix: str) -> int:
+        ids = {int(m.group(1)) for k in t if (m := re.match(re.escape(prefix) + r"(\d+)\.", k))}
+        return max(ids) + 1 if ids else 0
+
+    def gemma(base: str, depth_prefix: str, name: str) -> dict[str, int]:
+        q, k = need(base + "self_attn.q_proj.weight"), need(base + "self_attn.k_proj.weight")
+        dims = dict(width=q.shape[1], depth=layers(depth_prefix), mlp_dim=need(base + "mlp.gate_proj.weight").shape[0],
+                    num_heads=q.shape[0] // k.shape[0], num_kv_heads=1, head_dim=k.shape[0])
+        variant = variants.get(name)
+        if variant is not None and variant.removesuffix("_lora") in GEMMA and GEMMA[variant.removesuffix("_lora")] != dims:
+            raise PretrainedError(f"{name}: the config names {variant!r} ({GEMMA[variant.removesuffix('_lora')]}); "
+                                  f"the tensors hold {dims}")
+        return dims
+
+    lm = gemma(PG + "model.language_model.layers.0.", PG + "model.language_model.layers.", "paligemma_variant")
+    ex = gemma(EX + "model.layers.0.", EX + "model.layers.", "action_expert_variant")
+    vt = PG + "model.vision_tower."
+    patch = need(vt + "embeddings.patch_embedding.weight")
+    width, p = patch.shape[0], patch.shape[-1]
+    if width % SIGLIP_HEAD_DIM:
+        raise PretrainedError(f"vision tower width {width} is not a multiple of SigLIP's head width {SIGLIP_HEAD_DIM}")
+    grid = int(round(need(vt + "embeddings.position_embedding.weight").shape[0] ** 0.5))
+    vision = dict(hidden_size=width, intermediate_size=need(vt + "encoder.layers.0.mlp.fc1.weight").shape[0],
+                  num_hidden_layers=layers(vt + "encoder.layers."), num_attention_heads=width // SIGLIP_HEAD_DIM,
+                  image_size=grid * p, patch_size=p, vision_use_head=False)
+    embed = t.get(PG + "model.language_model.embed_tokens.weight", t.get(PG + "lm_head.weight"))
+    if embed is None:
+        raise PretrainedError(f"missing checkpoint key {PG + 'model.language_model.embed_tokens.weight'!r}")
+    return dict(lm=lm, expert=ex, vision=vision, vocab=embed.shape[0],
+                max_state_dim=need("state_proj.weight").shape[1], max_action_dim=need("action_in_proj.weight").shape[1])
+
+
+def flow_config(arch: dict[str, Any], imap: InputMap, cameras: list[str], state_dim: int, **extra: Any) -> FlowVLAConfig:
+    """Our FlowVLA config for a pi0 architecture and an input map."""
+    lm = arch["lm"]
+    if imap.image_size is not None and imap.image_size != arch["vision"]["image_size"]:
+        raise PretrainedError(f"{imap.path}: image_size {imap.image_size}; the checkpoint's vision tower reads "
+                              f"{arch['vision']['image_size']}")
+    if len(imap.state_indices) != state_dim:
+        raise PretrainedError(f"{imap.path}: {len(imap.state_indices)} state_indices; the checkpoint's state has "
+                              f"{state_dim} dims")
+    return FlowVLAConfig(
+        action_dim=imap.action_dim, state_dim=state_dim, chunk_size=imap.chunk_size, execute_steps=imap.execute_steps,
+        max_state_dim=arch["max_state_dim"], max_action_dim=arch["max_action_dim"], cameras=cameras,
+        state_indices=list(imap.state_indices), prompt_suffix="\n", prefix_attention="bidirectional",
+        vision=arch["vision"], lm_type="gemma",
+        lm=dict(hidden_size=lm["width"], intermediate_size=lm["mlp_dim"], num_hidden_layers=lm["depth"],
+                num_attention_heads=lm["num_heads"], num_key_value_heads=lm["num_kv_heads"], head_dim=lm["head_dim"],
+                vocab_size=arch["vocab"], hidden_activation="gelu_pytorch_tanh", rms_norm_eps=1e-6,
+                max_position_embeddings=8192),
+        expert_hidden=arch["expert"]["width"], expert_intermediate=arch["expert"]["mlp_dim"], expert_arch="gemma",
+        **extra)
+
+
+def place(policy: FlowVLA, tensors: dict[str, torch.Tensor], where: str) -> LoadReport:
+    """Map every checkpoint tensor onto the policy strictly (strict.fill)."""
+    mapped, origin, consumed = {}, {}, {}
+    canon = {canonical(k): k for k in tensors}
+    for ck, src in canon.items():
+        if ck in PI05_MARKERS:
+            raise PretrainedError(f"{where}: key {src!r} belongs to pi0.5's layout, not pi0's (see docs/vla.md)")
+        name = our_name(ck)
+        if name is not None:
+            mapped[name], origin[name] = tensors[src], src
+    head = canon.get(PG + "lm_head.weight")
+    if head is not None:
+        embed_name = "prefix.lm.embed_tokens.weight"
+        if embed_name not in mapped:
+            mapped[embed_name], origin[embed_name] = tensors[head], head
+        elif not torch.equal(mapped[embed_name], tensors[head]):
+            raise PretrainedError(f"{where}: {head!r} differs from the embeddings; PaliGemma ties them")
+        else:
+            consumed[head] = "tied to the embeddings"
+    expert_head = canon.get(EX + "lm_head.weight")
+    if expert_head is not None:
+        consumed[expert_head] = "the action expert's vocabulary head; pi0 never reads it"
+    return fill(policy, list(tensors), mapped, consumed, origin, FRESH, where)
+
+
+def _policy(cfg: FlowVLAConfig, tokenizer: str | Path, arch: dict[str, Any], where: str) -> FlowVLA:
+    tok = Path(tokenizer)
+    if not (tok / "tokenizer.json").is_file() or not (tok / "tokenizer_config.json").is_file():
+        raise PretrainedError(f"tokenizer: {tok} is not a local Hugging Face tokenizer directory (tokenizer.json + "
+                              "tokenizer_config.json); pi0 uses PaliGemma's, which its checkpoints do not ship")
+    policy = FlowVLA(cfg, _source_dir=tok)
+    if policy.text_vocab > arch["vocab"]:
+        raise PretrainedError(f"{where}: the tokenizer has {policy.text_vocab} tokens, the checkpoint's embeddings "
+                              f"{arch['vocab']}")
+    return policy
+
+
+def load_lerobot(path: Path, imap: InputMap, tokenizer: str | Path) -> tuple[FlowVLA, LoadReport]:
+    """A LeRobot pi0 policy directory: config.json, model.safetensors, the processors' stats."""
+    config = read_json(path / "config.json", "LeRobot policy config")
+    tensors = read_safetensors(path / "model.safetensors", "weights")
+    canon = {canonical(k): v for k, v in tensors.items()}
+    arch = architecture(canon, {k: config.get(k) for k in ("paligemma_variant", "action_expert_variant")})
+    feats = config.get("input_features", {})
+    cams = [k for k, f in feats.items() if f.get("type") == "VISUAL"]
+    state_dim = int(feats.get("observation.state", {}).get("shape", [0])[0])
+    action_dim = int(config.get("output_features", {}).get("action", {}).get("shape", [0])[0])
+    if action_dim != imap.action_dim:
+        raise PretrainedError(f"{imap.path}: action_dim {imap.action_dim}; the checkpoint outputs {action_dim}")
+    if imap.chunk_size > int(config.get("chunk_size", imap.chunk_size)):
+        raise PretrainedError(f"{imap.path}: chunk_size {imap.chunk_size} exceeds the checkpoint's {config['chunk_size']}")
+    cfg = flow_config(arch, imap, imap.env_cameras(cams, all_required=True), state_dim,
+                      num_steps=imap.num_steps or int(config.get("num_inference_steps", 10)),
+                      max_text_len=int(config.get("tokenizer_max_length", 48)),
+                      time_min_period=float(config.get("min_period", 4e-3)),
+                      time_max_period=float(config.get("max_period", 4.0)))
+    state, action = norm.lerobot(path, config)
+    policy = _policy(cfg, tokenizer, arch, str(path))
+    report = place(policy, tensors, str(path / "model.safetensors"))
+    norm.apply(policy, state, action)
+    return policy, report
+
+
+def load_openpi(path: Path, imap: InputMap, tokenizer: str | Path) -> tuple[FlowVLA, LoadReport]:
+    """An openpi PyTorch export: model.safetensors, config.json (optional), assets/<id>/norm_stats.json."""
+    config = read_json(path / "config.json", "openpi config") if (path / "config.json").exists() else {}
+    tensors = read_safetensors(path / "model.safetensors", "weights")
+    arch = architecture(tensors, {k: config.get(k) for k in ("paligemma_variant", "action_expert_variant")})
+    if imap.chunk_size > int(config.get("action_horizon", imap.chunk_size)):
+        raise PretrainedError(f"{imap.path}: chunk_size {imap.chunk_size} exceeds the export's action_horizon "
+                              f"{config['action_horizon']}")
+    state, action = norm.openpi(path, imap.asset_id, imap.normalization)
+    if action.centre.numel() != imap.action_dim:
+        raise PretrainedError(f"{imap.path}: action_dim {imap.action_dim}; the norm stats have "
+                              f"{action.centre.numel()} action dims")
+    cfg = flow_config(arch, imap, imap.env_cameras(OPENPI_CAMERAS, all_required=False), state.centre.numel(),
+                      num_steps=imap.num_steps or 10, max_text_len=48)
+    policy = _policy(cfg, tokenizer, arch, str(path))
+    report = place(policy, tensors, str(path / "model.safetensors"))
+    norm.apply(policy, state, action)
+    return policy, report
