@@ -4,7 +4,8 @@ Every checkpoint is evaluated on the same seeds (embodied.train.eval_seeds: the 
 `embodied eval` and `embodied serve`), one episode per seed, deterministic actions:
   nominal        simulation without randomisation, batched (--num-envs envs at once);
   <knob>=<v>     simulation with one knob fixed at v, for each value of each axis of the sweep
-                 file (YAML {knob: [v1, v2, ...]}, the knobs of sims/mujoco/randomization.py);
+                 file (YAML {knob: [v1, v2, ...]}, the knobs of sims/mujoco/randomization.py;
+                 for ManiSkill tasks those of sims/maniskill/randomization.py);
   twin:<preset>  the twin (`embodied robot-sim --reality PRESET`) over ROS 2 DDS in a second
                  process, or `robot` for a real robot (--robot, a RobotEnvConfig YAML); seeded
                  resets, so each robot episode starts where the simulated one with that seed did.
@@ -26,7 +27,7 @@ import yaml
 
 from embodied.sim2real_robot import Sim2RealError, Twin, observed_cameras, robot_config_from_file, run_robot
 
-SUCCESS = ("the task's success predicate (sims/mujoco/tasks/) holds at some control step; the episode "
+SUCCESS = ("the task's success predicate (sims/mujoco/tasks/; ManiSkill's `success`) holds at some control step; the episode "
            "ends there (terminated) or after the task's max_episode_steps (a failure)")
 RUN_SIZE = 10  # consecutive evaluation seeds per run: the unit of the IQM's bootstrap
 
@@ -65,9 +66,22 @@ def _view(ck: Checkpoint) -> tuple:
     return cams, ck.cfg.env.image_size if cams else 0
 
 
-def load_sweep(path: str | Path | None) -> dict[str, list[float]]:
+def sweep_knobs(task: str) -> tuple[str, ...]:
+    """The knobs a sweep of `task` may name: all of them for MuJoCo, ManiSkill's subset."""
+    if task.startswith("ms:"):
+        from sims.maniskill.randomization import SUPPORTED
+
+        return SUPPORTED
+    from sims.mujoco.randomization import KNOBS
+
+    return tuple(KNOBS)
+
+
+def load_sweep(path: str | Path | None, task: str = "") -> dict[str, list[float]]:
     """A sweep file {knob: [v1, v2, ...]} -> the same, validated (one-line Sim2RealError naming the field)."""
-    from sims.mujoco.randomization import KNOBS, RandomizationError, from_values
+    from sims.mujoco.randomization import RandomizationError, from_values
+
+    knobs = sweep_knobs(task)
 
     if path is None:
         return {}
@@ -82,8 +96,10 @@ def load_sweep(path: str | Path | None) -> dict[str, list[float]]:
         raise Sim2RealError(f"sweep: expected a mapping knob: [v1, v2, ...], got {raw!r:.80}")
     sweep = {}
     for knob, values in raw.items():
-        if knob not in KNOBS:
-            raise Sim2RealError(f"sweep: unknown key {knob!r}; allowed: {', '.join(KNOBS)}")
+        if knob not in knobs:
+            what = (f"unknown key {knob!r}" if knob not in sweep_knobs("")
+                    else f"key {knob!r} is not supported for ManiSkill tasks")
+            raise Sim2RealError(f"sweep: {what}; allowed: {', '.join(knobs)}")
         if not isinstance(values, list) or not values:
             raise Sim2RealError(f"sweep.{knob}: expected a non-empty list of values, got {values!r}")
         for v in values:
@@ -146,7 +162,7 @@ def first_failure_video(ck: Checkpoint, cond: dict, seed: int, path: Path) -> Pa
         env.close()
 
 
-def versions() -> tuple[str, dict[str, str]]:
+def versions(task: str = "") -> tuple[str, dict[str, str]]:
     from importlib import metadata
 
     import mujoco
@@ -156,7 +172,10 @@ def versions() -> tuple[str, dict[str, str]]:
         toolkit = metadata.version("embodied-rl")
     except metadata.PackageNotFoundError:
         toolkit = "unknown"
-    return toolkit, {"mujoco": mujoco.__version__, "torch": torch.__version__}
+    sims = {"mujoco": mujoco.__version__, "torch": torch.__version__}
+    if task.startswith("ms:"):
+        sims.update({name: metadata.version(name) for name in ("mani_skill", "sapien")})
+    return toolkit, sims
 
 
 def protocol_of(cks: list[Checkpoint], task: str, seeds: list[int], sweep: dict, robot: dict | None,
@@ -168,7 +187,7 @@ def protocol_of(cks: list[Checkpoint], task: str, seeds: list[int], sweep: dict,
     spec_env.close()
     config = {"task": task, "seeds": seeds, "sweep": sweep, "robot": robot, "deterministic": True,
               "checkpoints": {c.label: dataclasses.asdict(c.cfg) for c in cks}}
-    toolkit, sims = versions()
+    toolkit, sims = versions(task)
     ks = sorted(set(chunk.values()))
     return {
         "seeds": seeds,
@@ -202,7 +221,10 @@ def sim2real(checkpoints: list[str], task: str, out: str | Path, trials: int = 1
         raise Sim2RealError(f"--trials, --num-envs: expected >= 1, got {trials}, {num_envs}")
     if twin and robot_file:
         raise Sim2RealError("--twin, --robot: give one robot, the twin or a real robot's config")
-    sweep = load_sweep(sweep_file)  # every input is checked before anything runs
+    if twin and task.startswith("ms:"):
+        raise Sim2RealError(f"--twin: the twin (embodied robot-sim) runs the MuJoCo tasks; {task} has none; "
+                            f"allowed: --robot FILE, or no robot")
+    sweep = load_sweep(sweep_file, task)  # every input is checked before anything runs
     robot, robot_name = None, None
     if twin:
         try:
