@@ -249,6 +249,8 @@ def sim2real(checkpoints: list[str], task: str, out: str | Path, trials: int = 1
         robot_name = "robot"
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    for old in (out / "videos").glob("*.mp4"):  # the report lists every mp4 of the folder
+        old.unlink()
     seeds = eval_seeds(trials)
     conds = conditions_of(sweep, robot_name)
     episodes: list[dict] = []
@@ -280,11 +282,16 @@ def sim2real(checkpoints: list[str], task: str, out: str | Path, trials: int = 1
         write_results(out / "results.json", protocol, conds, episodes)
 
     if robot_name is not None:
-        tw = Twin(task, twin, cks[0].cfg, cks[0].label, out / "twin.log") if twin else None
+        tw = Twin(task, twin, cks[0].cfg, cks[0].label, out / "twin.log", video=videos) if twin else None
+        robot_video, twin_hz = None, _control_hz(task) if twin else 0.0
         try:
             for ck in cks:
                 rc = tw.robot_config(ck.cfg) if tw else robot_cfgs[ck.label]
-                succ, lengths, info = run_robot(ck.policy, rc, seeds, tw)
+                # the sim videos' rate: a twin is commanded faster than the task's control rate
+                fps = twin_hz if tw else rc.control_hz
+                want = (out / "videos" / _safe(robot_name), fps) if videos and robot_video is None else None
+                succ, lengths, info = run_robot(ck.policy, rc, seeds, tw, video=want)
+                robot_video = robot_video or info["video"]
                 robot_s += info["wall_s"]
                 interventions[ck.label] = info["safety_interventions"]
                 record(ck, robot_name, succ, lengths)
@@ -296,13 +303,25 @@ def sim2real(checkpoints: list[str], task: str, out: str | Path, trials: int = 1
             if tw is not None:
                 tw.close()
     save()
-    for old in (out / "videos").glob("*.mp4"):  # the report lists every mp4 of the folder
-        old.unlink()
     for name, (ck, seed) in failed.items() if videos else []:
-        if conds[name]["kind"] != "robot":  # the twin publishes no frames a state policy needs
-            safe = name.replace("=", "_").replace(":", "_").replace("/", "_")
-            first_failure_video(ck, conds[name], seed, out / "videos" / f"{safe}_seed{seed}.mp4")
+        if conds[name]["kind"] != "robot":  # robot videos were recorded while the robot ran
+            first_failure_video(ck, conds[name], seed, out / "videos" / f"{_safe(name)}_seed{seed}.mp4")
     return write_report(out)
+
+
+def _control_hz(task: str) -> float:
+    from sims.registry import make_env
+
+    env = make_env(task, 1, num_threads=1)
+    try:
+        return float(env.spec.control_hz)
+    finally:
+        env.close()
+
+
+def _safe(condition: str) -> str:
+    """A condition's name as a file name: twin:twin_gap -> twin_twin_gap, mass=2 -> mass_2."""
+    return condition.replace("=", "_").replace(":", "_").replace("/", "_")
 
 
 def cmd_sim2real(args) -> int:

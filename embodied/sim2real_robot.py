@@ -5,6 +5,9 @@ The twin is `embodied robot-sim TASK --reality PRESET` in a second process, on l
 RobotEnvConfig fields (`--robot FILE`), checked against the checkpoint's observations before
 anything connects. Episodes start from seeded resets (the simulation's seeds, so the twin
 starts where the simulation started) and execute every action of each predicted chunk.
+Videos: the first failed robot episode is written from the frames of the robot's first camera,
+the frames its policy saw; a twin of a state policy is asked for a front camera at VIDEO_SIZE
+for this (the policy ignores it), a real robot records only if its config lists a camera.
 """
 
 from __future__ import annotations
@@ -19,11 +22,13 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 TWIN_RATE_HZ = 200.0  # command rate towards the twin: it steps once per command, so as fast as it answers
+VIDEO_SIZE = 128  # side of the frames a state policy's twin renders for the failure video (the sim videos' size)
 
 
 class Sim2RealError(ValueError):
@@ -92,7 +97,9 @@ def check_robot_matches(rc: Any, cfg: Any, label: str) -> None:
 class Twin:
     """`embodied robot-sim TASK --reality PRESET` in a second process on loopback DDS."""
 
-    def __init__(self, task: str, preset: str, cfg: Any, label: str, log: Path):
+    def __init__(self, task: str, preset: str, cfg: Any, label: str, log: Path, video: bool = False):
+        """video: a twin of a state policy also renders and publishes the front camera (VIDEO_SIZE),
+        so that the robot side can record a failed episode; a camera policy's images serve."""
         from robot_bridge.transport import loopback_env
 
         cams = observed_cameras(cfg)
@@ -105,7 +112,8 @@ class Twin:
             self.env_vars = loopback_env(domain_id=random.randint(100, 199), directory=self.tmp.name)
         self._old_env = {k: os.environ.get(k) for k in self.env_vars}
         os.environ.update(self.env_vars)  # this process's participants join the twin's domain
-        image = str(cfg.env.image_size) if cams else "0"
+        self.video_only = video and not cams  # frames for the video only, not for the policy
+        image = str(cfg.env.image_size) if cams else str(VIDEO_SIZE) if video else "0"
         cmd = [sys.executable, "-m", "embodied.cli", "robot-sim", task, "--transport", "dds",
                "--reality", preset, "--image-size", image, "--rate", "50",
                "--domain-id", self.env_vars["ROS_DOMAIN_ID"]]
@@ -131,6 +139,8 @@ class Twin:
                               domain_id=int(self.env_vars["ROS_DOMAIN_ID"]))
         if observed_cameras(cfg):
             rc.image_topics = {observed_cameras(cfg)[0]: "/camera/image_raw"}
+        elif self.video_only:
+            rc = dataclasses.replace(rc, image_topics={"front": "/camera/image_raw"}, image_size=(VIDEO_SIZE,) * 2)
         return dataclasses.replace(rc, reset_timeout_s=120.0, obs_timeout_s=5.0)
 
     def close(self) -> None:
@@ -151,30 +161,42 @@ class Twin:
 
 
 @torch.no_grad()
-def run_robot(policy: Any, rc: Any, seeds: Sequence[int], twin: Twin | None = None) -> tuple[list[bool], list[int], dict]:
-    """One episode per seed on the robot; returns (successes, lengths in control steps, info)."""
+def run_robot(policy: Any, rc: Any, seeds: Sequence[int], twin: Twin | None = None,
+              video: tuple[Path, float] | None = None) -> tuple[list[bool], list[int], dict]:
+    """One episode per seed on the robot; returns (successes, lengths in control steps, info).
+
+    video (PREFIX, fps): the first failed episode's frames (the robot's first camera: the reset's
+    frame, then one per step) go to PREFIX_seed<s>.mp4, named in info["video"]; no camera, no video."""
+    from embodied.video import write_mp4
     from robot_bridge.robot_env import RobotEnv
     from sims.vecenv import EnvError
 
     if twin is not None:
         twin.check_alive()
     env = RobotEnv(rc)
-    successes, lengths, t0 = [], [], time.monotonic()
+    cam = f"rgb_{next(iter(rc.image_topics))}" if video and rc.image_topics else None
+    successes, lengths, t0, written = [], [], time.monotonic(), None
     try:
         for seed in seeds:
             obs, _ = env.reset(seed=int(seed))
             done, success, length = False, False, 0
+            frames = [obs[cam][0].numpy()] if cam and written is None else None
             while not done:
                 chunk = policy.act(obs, deterministic=True).actions[0]  # [K, A]
                 for a in chunk:
                     res = env.step(a[None])
                     length += 1
+                    if frames is not None:
+                        frames.append((res.final_obs if res.final_obs is not None else res.obs)[cam][0].numpy())
                     if bool(res.done[0]):
                         done, success = True, bool(res.info["success"][0])
                         break
                     obs = res.obs
             successes.append(success)
             lengths.append(length)
+            if frames is not None and not success:
+                prefix, fps = video
+                written = write_mp4(Path(f"{prefix}_seed{int(seed)}.mp4"), np.stack(frames), fps=fps)
     except EnvError as e:
         if twin is not None:
             twin.check_alive()
@@ -182,4 +204,4 @@ def run_robot(policy: Any, rc: Any, seeds: Sequence[int], twin: Twin | None = No
     finally:
         counts = dict(env.safety.counts) if env.safety is not None else {}
         env.close()
-    return successes, lengths, {"wall_s": time.monotonic() - t0, "safety_interventions": counts}
+    return successes, lengths, {"wall_s": time.monotonic() - t0, "safety_interventions": counts, "video": written}

@@ -118,8 +118,9 @@ def test_twin_over_dds_repeats_simulation_seed_for_seed(reach_run, tmp_path, cap
     for name in ("no_gap", "twin_gap"):
         out = tmp_path / name
         twin = str(preset) if name == "no_gap" else name
+        videos = ["--no-videos"] if name == "no_gap" else []  # twin_gap: the twin renders for the video
         rc, err = _sim2real([ckpt, "--task", "Reach", "--twin", twin, "--trials", "8", "--num-envs", "8",
-                             "--no-videos", "--out", str(out)], capsys)
+                             *videos, "--out", str(out)], capsys)
         assert rc == 0, err
         data = json.loads((out / "results.json").read_text())
         assert "robot-sim: Reach on domain" in (out / "twin.log").read_text()  # its own process
@@ -134,6 +135,25 @@ def test_twin_over_dds_repeats_simulation_seed_for_seed(reach_run, tmp_path, cap
         else:
             assert twin_eps != sim
             assert "## Sim-to-real gap" in (out / "report.md").read_text()
+            _check_robot_video(out, twin_eps, "twin_twin_gap")
+
+
+def _check_robot_video(out, episodes, prefix):
+    """The first failed robot episode's video: the reset's frame and one per step, 128 x 128,
+    from the twin's front camera although the policy reads no camera; listed in the report."""
+    import av
+    import numpy as np
+
+    failed = [(seed, length) for seed, success, length in episodes if not success]
+    assert failed, "the test needs a failed robot episode"
+    seed, length = failed[0]
+    path = out / "videos" / f"{prefix}_seed{seed}.mp4"
+    assert sorted(p.name for p in (out / "videos").glob(f"{prefix}_*.mp4")) == [path.name]
+    with av.open(str(path)) as container:
+        frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    assert len(frames) == length + 1 and frames[0].shape == (128, 128, 3)
+    assert np.stack(frames).astype(float).std() > 5  # not a blank picture
+    assert path.name in (out / "report.md").read_text()
 
 
 def test_robot_config_file_drives_a_robot_over_dds(reach_run, tmp_path, capsys, dds_env):
