@@ -10,19 +10,31 @@ most double the throughput). Modes, all with backend local and the same envs:
     pipelined    the same roles, stages=2: one stage's envs step on their worker's thread
                  while the policy infers for the other stage
 
-Usage: python benchmarks/bench_pipeline.py [--envs 64] [--steps 32] [--repeats 3]
-Repeats alternate the modes; the table gives the median of each and the ratios to sync, and
-the CPU time this process got per second of wall time while collecting (cpu/wall): on a
-2-core machine a pipeline can only pay where it is near 2 in pipelined mode; on a machine
-shared with other jobs it is lower, and the ratio says so.
+Usage: python benchmarks/bench_pipeline.py [--envs 64] [--steps 32] [--repeats 3] [--concurrency]
+Repeats alternate the modes; the table gives the median of each and the ratios to sync, the
+CPU time this process got per second of wall time while collecting (cpu/wall: on a 2-core
+machine a pipeline can only pay where it is near 2 in pipelined mode), and for the roles the
+driver's per-collect seconds waiting on inference and on env workers.
+
+--concurrency first says why a pipeline can or cannot pay here: the share of an env step and
+of an inference spent in C calls that release the GIL (cProfile), and the calls per second
+and cpu/wall of one and of two threads running pure Python, env steps, inference, or an env
+step beside an inference. Two threads that run in parallel get about twice the calls of one
+and about twice the cpu/wall; two that take turns (the GIL, or a CPU share that a second
+thread does not enlarge) get the same total.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import os
+import pstats
 import resource
 import statistics
+import threading
 import time
+from pathlib import Path
 
 import torch
 
@@ -86,7 +98,7 @@ def run_train_py(cfg: object, threads: int) -> tuple[float, float]:
     return int(traj.valid.sum()) / wall, (cpu_seconds() - c) / wall
 
 
-def run_roles(cfg: object, stages: int) -> tuple[float, float]:
+def run_roles(cfg: object, stages: int) -> tuple[float, float, dict[str, float]]:
     torch.set_num_threads(1)
     place = preset("pipelined" if stages > 1 else "collocated", env_workers=2)
     backend = LocalBackend(place)
@@ -97,9 +109,76 @@ def run_roles(cfg: object, stages: int) -> tuple[float, float]:
         c = cpu_seconds()
         batch = collector.collect()
         wall = batch.seconds["collect"]
-        return batch.env_steps / wall, (cpu_seconds() - c) / wall
+        return batch.env_steps / wall, (cpu_seconds() - c) / wall, batch.seconds
     finally:
         backend.shutdown()
+
+
+def in_c_calls(fn: object, calls: int, names: tuple[str, ...]) -> float:
+    """Share of fn's time spent in the built-in calls whose names contain one of `names`."""
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    stats = pstats.Stats(prof).stats
+    total = sum(tt for (_, _, name), (_, _, tt, _, _) in stats.items())
+    inside = sum(tt for (_, _, name), (_, _, tt, _, _) in stats.items() if any(n in name for n in names))
+    return inside / total
+
+
+def threads_rate(fns: list, seconds: float = 3.0) -> tuple[float, list[float]]:
+    """Run each fn in a loop on its own thread for `seconds`; -> (cpu/wall, calls/s per thread)."""
+    stop, counts = time.perf_counter() + seconds, [0] * len(fns)
+
+    def loop(i: int, fn: object) -> None:
+        while time.perf_counter() < stop:
+            fn()
+            counts[i] += 1
+
+    threads = [threading.Thread(target=loop, args=(i, fn)) for i, fn in enumerate(fns)]
+    t, c = time.perf_counter(), cpu_seconds()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    wall = time.perf_counter() - t
+    return (cpu_seconds() - c) / wall, [n / wall for n in counts]
+
+
+def concurrency(envs: int, hidden: int) -> None:
+    """Print the GIL-free shares and the one-thread / two-thread rates (see the module doc)."""
+    autogroup = Path("/proc/sys/kernel/sched_autogroup_enabled")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; sched_autogroup_enabled="
+          f"{autogroup.read_text().strip() if autogroup.exists() else 'n/a'}")
+    cfg = config(envs, 1, hidden, 1)
+
+    def stepper():
+        env = build_env(cfg.env)
+        env.reset(seed=0)
+        action = torch.zeros(envs, env.spec.action_dim)
+        return lambda: env.step(action)
+
+    env = build_env(cfg.env)
+    obs, _ = env.reset(seed=0)
+    policy = build_policy(cfg.policy, env.spec)
+
+    def act() -> None:
+        with torch.no_grad():
+            policy.act(obs)
+
+    def python() -> None:
+        sum(range(20000))
+        [i for i in range(2000)]
+
+    step_a, step_b = stepper(), stepper()
+    print(f"env step of {envs} envs: {in_c_calls(step_a, 100, ('_batch.step',)):.0%} of its time in MuJoCo's "
+          f"batch step; inference: {in_c_calls(act, 100, ('torch._C', 'torch.tanh')):.0%} in torch ops")
+    for name, fns in (("python", [python]), ("python x2", [python, python]), ("env step", [step_a]),
+                      ("env step x2", [step_a, step_b]), ("inference", [act]), ("env + inference", [step_a, act])):
+        cw, rates = threads_rate(fns)
+        print(f"{name:<16} cpu/wall {cw:.2f}  calls/s {' + '.join(f'{r:.0f}' for r in rates)}")
+    env.close()
 
 
 def main() -> None:
@@ -108,23 +187,30 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2, help="physics and torch threads of the train.py mode")
+    ap.add_argument("--concurrency", action="store_true", help="first measure what can run in parallel here")
     args = ap.parse_args()
 
     torch.set_num_threads(1)
     hidden, env_s, inf_s = balance(args.envs // 2, 1)  # one stage: half the batch, one thread
     print(f"balanced load: MLP [{hidden},{hidden}]; half-batch env step {env_s * 1e3:.1f} ms, "
           f"inference {inf_s * 1e3:.1f} ms (1 thread each)")
+    if args.concurrency:
+        concurrency(args.envs // 2, hidden)
     roles_cfg = config(args.envs, args.steps, hidden, 1)
-    rates: dict[str, list[tuple[float, float]]] = {"train.py": [], "sync": [], "pipelined": []}
+    rates: dict[str, list[tuple]] = {"train.py": [], "sync": [], "pipelined": []}
     for _ in range(args.repeats):
         rates["train.py"].append(run_train_py(config(args.envs, args.steps, hidden, args.threads), args.threads))
         rates["sync"].append(run_roles(roles_cfg, 1))
         rates["pipelined"].append(run_roles(roles_cfg, 2))
-    sync = statistics.median(x for x, _ in rates["sync"])
-    print(f"{'mode':<10} {'env steps/s (median)':>21} {'vs sync':>8} {'cpu/wall':>9}  runs")
+    sync = statistics.median(r[0] for r in rates["sync"])
+    print(f"{'mode':<10} {'env steps/s (median)':>21} {'vs sync':>8} {'cpu/wall':>9} {'infer s':>8} "
+          f"{'env wait s':>10}  runs")
     for mode, r in rates.items():
-        med, cpu = statistics.median(x for x, _ in r), statistics.median(c for _, c in r)
-        print(f"{mode:<10} {med:>21.0f} {med / sync:>7.2f}x {cpu:>9.2f}  {', '.join(f'{x:.0f}' for x, _ in r)}")
+        med, cpu = statistics.median(x[0] for x in r), statistics.median(x[1] for x in r)
+        waits = ("", "") if mode == "train.py" else tuple(
+            f"{statistics.median(x[2][k] for x in r):.3f}" for k in ("inference", "env_wait"))
+        print(f"{mode:<10} {med:>21.0f} {med / sync:>7.2f}x {cpu:>9.2f} {waits[0]:>8} {waits[1]:>10}  "
+              f"{', '.join(f'{x[0]:.0f}' for x in r)}")
 
 
 if __name__ == "__main__":
