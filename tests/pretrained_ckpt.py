@@ -32,7 +32,7 @@ from transformers import GemmaConfig, GemmaForCausalLM, PaliGemmaConfig, PaliGem
 WORDS = "push pick place the a red green blue cube square onto into reach lift move gripper to target".split()
 DUMMY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=1,
              head_dim=16, hidden_activation="gelu_pytorch_tanh")
-VOCAB, IMAGE, STATE, ACTION, CHUNK, PAD = 96, 28, 5, 4, 6, 32
+VOCAB, IMAGE, STATE, ACTION, CHUNK, PAD = 320, 28, 5, 4, 6, 32
 MASK_VALUE = -2.3819763e38  # openpi's attention mask value
 
 
@@ -116,8 +116,10 @@ def _float_mask(att: torch.Tensor) -> torch.Tensor:
 
 
 def write_tokenizer(path: Path) -> Path:
-    """A word-level Hugging Face tokenizer (<bos> first, as PaliGemma's), saved locally."""
-    vocab = {w: i for i, w in enumerate(["<pad>", "<unk>", "<bos>", *WORDS])}
+    """A word-level Hugging Face tokenizer (<bos> first, as PaliGemma's; pi0.5's prompt words and
+    the 256 state bins as words), saved locally."""
+    words = ["<pad>", "<unk>", "<bos>", *WORDS, "Task", "State", "Action", ":", ",", ";", *map(str, range(256))]
+    vocab = {w: i for i, w in enumerate(words)}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 2)])
@@ -179,4 +181,70 @@ def write_openpi(path: Path, ref: Pi0Reference, asset_id: str = "tiny_task") -> 
     (path / "assets" / asset_id).mkdir(parents=True)
     (path / "assets" / asset_id / "norm_stats.json").write_text(json.dumps(
         {"norm_stats": {"state": stats["state"], "actions": stats["action"]}}))
+    return path
+
+
+class AdaNorm(nn.Module):
+    """pi0.5's adaptive RMSNorm, as its checkpoints name it (a `dense` layer per norm)."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dense = nn.Linear(dim, 3 * dim)
+
+    def forward(self, x, cond):
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+        scale, shift, gate = self.dense(cond)[:, None].chunk(3, dim=-1)
+        return h * (1 + scale) + shift, gate
+
+
+class Pi05Reference(Pi0Reference):
+    """pi0.5 at tiny size: the expert's norms are adaptive, time goes through time_mlp_in/out,
+    no state projection (the state is text). The expert's forward is written out here from
+    the Gemma layers' own projections, MLP and rotary embedding."""
+
+    def __init__(self, seed: int = 0):
+        super().__init__(seed)
+        torch.manual_seed(seed + 1)
+        w = DUMMY["hidden_size"]
+        del self.state_proj, self.action_time_mlp_in, self.action_time_mlp_out
+        self.time_mlp_in, self.time_mlp_out = nn.Linear(w, w), nn.Linear(w, w)
+        expert = self.gemma_expert.model
+        for layer in expert.layers:
+            layer.input_layernorm, layer.post_attention_layernorm = AdaNorm(w), AdaNorm(w)
+        expert.norm = AdaNorm(w)
+        self.eval()
+
+    def velocity(self, pad, cache, state, x_t, t):
+        from transformers.models.gemma.modeling_gemma import apply_rotary_pos_emb
+
+        w, K = DUMMY["hidden_size"], x_t.shape[1]
+        frac = torch.linspace(0.0, 1.0, w // 2, dtype=torch.float64)
+        angle = (2 * math.pi / (4e-3 * (4.0 / 4e-3) ** frac))[None] * t.double()[:, None]
+        cond = F.silu(self.time_mlp_out(F.silu(self.time_mlp_in(torch.cat([torch.sin(angle), torch.cos(angle)], 1).float()))))
+        x = self.action_in_proj(x_t)
+        B, T = x.shape[0], pad.shape[1]
+        bias = _float_mask(torch.cat([pad[:, None, :].expand(B, K, T), torch.ones(B, K, K, dtype=torch.bool)], 2))
+        pos = pad.long().sum(1)[:, None] + torch.arange(K)[None]
+        expert = self.gemma_expert.model
+        cos, sin = expert.rotary_emb(x, pos)
+        for i, layer in enumerate(expert.layers):
+            att = layer.self_attn
+            h, gate = layer.input_layernorm(x, cond)
+            q, k, v = (proj(h).view(B, K, -1, 16).transpose(1, 2) for proj in (att.q_proj, att.k_proj, att.v_proj))
+            q, k = apply_rotary_pos_emb(q, k, cos, sin)
+            keys, values = torch.cat([cache.layers[i].keys, k], 2), torch.cat([cache.layers[i].values, v], 2)
+            scores = q @ keys.transpose(2, 3) / math.sqrt(16) + bias  # one kv head, broadcast
+            out = (scores.softmax(-1) @ values).transpose(1, 2).reshape(B, K, -1)
+            x = x + att.o_proj(out) * gate
+            h, gate = layer.post_attention_layernorm(x, cond)
+            x = x + layer.mlp(h) * gate
+        return self.action_out_proj(expert.norm(x, cond)[0])
+
+
+def write_lerobot_pi05(path: Path, ref: Pi05Reference, cameras: list[str]) -> Path:
+    """A LeRobot pi0.5 policy directory (quantile normalisation, as pi0.5 uses)."""
+    write_lerobot_pi0(path, ref, cameras, mode="QUANTILES")
+    config = json.loads((path / "config.json").read_text())
+    config.update(type="pi05", tokenizer_max_length=200)
+    (path / "config.json").write_text(json.dumps(config, indent=2))
     return path

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 import torch
 from safetensors.torch import load_file, save_file
 
-from pretrained_ckpt import ACTION, CHUNK, IMAGE, PAD, STATE, Pi0Reference, norm_stats, write_lerobot_pi0, \
-    write_openpi, write_tokenizer
+from pretrained_ckpt import ACTION, CHUNK, IMAGE, PAD, STATE, Pi05Reference, Pi0Reference, norm_stats, \
+    write_lerobot_pi0, write_lerobot_pi05, write_openpi, write_tokenizer
 from policies.base import Policy
 from policies.vla.pretrained import InputMap, PretrainedError, detect_format, load_pretrained
 from sims.registry import make_env
@@ -140,7 +141,7 @@ def test_act_on_an_env_observation_then_save_and_reload_bit_identically(ckpts, t
     a, b = policy.state_dict(), again.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert torch.equal(again.act(obs, deterministic=True).actions, out.actions)
-    assert again.config.expert_arch == "gemma" and again.config.prompt_suffix == "\n"
+    assert again.config.expert_arch == "gemma" and again.config.prompt_template == "{task}\n"
 
 
 def test_old_transformers_key_layout_loads_the_same_weights(ckpts, tmp_path):
@@ -193,7 +194,7 @@ def test_malformed_checkpoints_give_one_line_errors(ckpts, tmp_path):
     cases.append((d, MAP, "wrong shape for 'model.action_time_mlp_out.bias': checkpoint \\(63,\\), model \\(64,\\)"))
     d = fresh("pi05")
     _edit(d, lambda t: {**t, "model.time_mlp_in.weight": torch.zeros(2)})
-    cases.append((d, MAP, "belongs to pi0.5's layout"))
+    cases.append((d, MAP, "holds both 'state_proj.weight' \\(pi0\\) and 'time_mlp_in.weight' \\(pi0.5\\)"))
     cases.append((ckpts["lerobot"], {**MAP, "cameras": {"observation.images.image": "front", "observation.images.wrist": "side"}},
                   "camera 'observation.images.wrist' is not an input of the checkpoint"))
     cases.append((ckpts["lerobot"], {**MAP, "state_indices": [0, 1]}, "2 state_indices; the checkpoint's state has 5"))
@@ -218,3 +219,38 @@ def test_bfloat16_backbone_acts(ckpts):
     assert policy.action_stats.mean.dtype == torch.float32
     out = policy.act(_obs(2))
     assert torch.isfinite(out.actions).all() and torch.isfinite(out.log_prob).all()
+
+
+@pytest.mark.parametrize("fmt", ["lerobot", "openpi"])
+def test_loaded_pi05_matches_pi05s_forward_and_reads_the_state_as_text(ckpts, fmt, tmp_path):
+    ref = Pi05Reference(seed=2)
+    if fmt == "lerobot":
+        path, imap = write_lerobot_pi05(tmp_path / "pi05", ref, ["image"]), MAP
+    else:
+        path, imap = write_openpi(tmp_path / "pi05", ref), {**OPENPI_MAP, "normalization": "quantile"}
+    assert detect_format(path) == ("lerobot_pi05" if fmt == "lerobot" else "openpi")
+    policy = load_pretrained(path, imap, ckpts["tok"])
+    assert policy.config.expert_arch == "gemma_ada" and policy.config.max_text_len == 200
+    obs = _obs()
+    s = policy.padded_state(obs).numpy()
+    bins = np.digitize(s, bins=np.linspace(-1, 1, 256 + 1)[:-1]) - 1  # openpi's discretisation
+    prompt = policy.prompts(obs["instruction"], obs)[1]
+    assert prompt == f"Task: reach the target, State: {' '.join(map(str, bins[1]))};\nAction: "
+    ids, mask = policy.text(obs, 3)
+    assert (ids[mask] == 1).sum() == 0  # every word and bin is in the vocabulary
+    images = [obs["rgb_front"].permute(0, 3, 1, 2).float() / 255.0 * 2.0 - 1.0]
+    with torch.no_grad():
+        pad, cache = ref.prefix(images, ids, mask)
+        prefix, state = policy.encode(obs)
+        g = torch.Generator().manual_seed(7)
+        x_t, t = torch.randn(3, CHUNK, PAD, generator=g), torch.tensor([0.9, 0.5, 0.13])
+        assert (policy.velocity(prefix, state, x_t, t) - ref.velocity(pad, cache, None, x_t, t)).abs().max() < 1e-4
+        noise = torch.randn(3, CHUNK, PAD, generator=g)
+        chain, _ = policy.sample(prefix, state, noise, 4)
+        assert (chain[:, -1] - ref.sample(pad, cache, None, noise, 4)).abs().max() < 1e-4
+    out = policy.act(obs)
+    assert torch.isfinite(out.actions).all() and torch.isfinite(out.log_prob).all()
+    policy.save_pretrained(tmp_path / "ours")
+    again = Policy.from_pretrained(tmp_path / "ours")
+    assert all(torch.equal(v, again.state_dict()[k]) for k, v in policy.state_dict().items())
+    assert torch.equal(again.act(obs, deterministic=True).actions, policy.act(obs, deterministic=True).actions)

@@ -2,7 +2,7 @@
 
 A tiny synthetic LeRobot pi0 (tests/pretrained_ckpt.py) is loaded strictly, then trained for
 one iteration by the toolkit's own collectors and learners: Flow-Noise and Flow-SDE with PPO,
-Flow-SDE with GRPO. Frozen parts stay bit-identical, trained parts move, the first ratio is
+Flow-SDE with GRPO (and Flow-Noise PPO on a pi0.5). Frozen parts stay bit-identical, trained parts move, the first ratio is
 1, and a LoRA-adapted policy merges into one that saves and reloads in our format.
 """
 
@@ -18,7 +18,7 @@ from embodied.config import PPOConfig, load_config
 from embodied.episodes import GroupCollector
 from embodied.learner import GRPOLearner, PPOLearner
 from embodied.rollout import RolloutCollector
-from pretrained_ckpt import IMAGE, Pi0Reference, write_lerobot_pi0, write_tokenizer
+from pretrained_ckpt import IMAGE, Pi05Reference, Pi0Reference, write_lerobot_pi0, write_lerobot_pi05, write_tokenizer
 from policies.base import Policy
 from policies.vla.lora import LoRALinear, apply_lora, merge_lora, trainable_summary
 from policies.vla.pretrained import load_pretrained
@@ -31,7 +31,8 @@ MAP = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "input_m
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
     root = tmp_path_factory.mktemp("pi0rl")
-    return write_lerobot_pi0(root / "lerobot", Pi0Reference(seed=0), ["image"]), write_tokenizer(root / "tok")
+    return (write_lerobot_pi0(root / "lerobot", Pi0Reference(seed=0), ["image"]), write_tokenizer(root / "tok"),
+            write_lerobot_pi05(root / "pi05", Pi05Reference(seed=0), ["image"]))
 
 
 @pytest.fixture
@@ -42,9 +43,9 @@ def one_thread():
     torch.set_num_threads(old)
 
 
-def _load(ckpt, method: str):
+def _load(ckpt, method: str, pi05: bool = False):
     torch.manual_seed(0)
-    policy = load_pretrained(ckpt[0], MAP, ckpt[1])
+    policy = load_pretrained(ckpt[2] if pi05 else ckpt[0], MAP, ckpt[1])
     policy.config.noise_method = method
     return policy
 
@@ -57,9 +58,9 @@ def _same(a, b):
     return all(torch.equal(a[k], b[k]) for k in a)
 
 
-@pytest.mark.parametrize("method", ["flow_noise", "flow_sde"])
-def test_ppo_iteration_on_a_loaded_checkpoint_with_a_frozen_backbone(ckpt, method, one_thread):
-    policy = _load(ckpt, method)
+@pytest.mark.parametrize("method,pi05", [("flow_noise", False), ("flow_sde", False), ("flow_noise", True)])
+def test_ppo_iteration_on_a_loaded_checkpoint_with_a_frozen_backbone(ckpt, method, pi05, one_thread):
+    policy = _load(ckpt, method, pi05)
     policy.prefix.requires_grad_(False)  # policy.freeze=vlm
     counts = trainable_summary(policy)
     assert counts["trainable"] == sum(counts[k] for k in ("expert", "noise_head", "critic"))

@@ -105,9 +105,21 @@ class VLAPolicy(Policy):
         texts = obs.get("instruction")
         if texts is None or len(texts) != batch:
             raise ValueError(f"obs['instruction']: expected a list of {batch} strings")
-        suffix = self.config.prompt_suffix
-        ids, mask = self.tokenizer.batch([t + suffix for t in texts], self.config.max_text_len)
+        ids, mask = self.tokenizer.batch(self.prompts(list(texts), obs), self.config.max_text_len)
         return ids.to(self.device), mask.to(self.device)
+
+    def prompts(self, texts: list[str], obs: dict[str, Any]) -> list[str]:
+        """The instructions through config.prompt_template (see VLAConfig)."""
+        template = self.config.prompt_template
+        if template == "{task}":
+            return texts
+        states = [""] * len(texts)
+        if "{state}" in template:  # pi0.5: np.digitize(s, linspace(-1, 1, 257)[:-1]) - 1 per dim
+            bins = torch.linspace(-1.0, 1.0, 257, dtype=torch.float64)[:-1]
+            idx = torch.bucketize(self.padded_state(obs).double().cpu(), bins, right=True) - 1
+            states = [" ".join(str(int(v)) for v in row) for row in idx]
+        return [template.format(task=t, clean_task=t.strip().replace("_", " ").replace("\n", " "), state=s)
+                for t, s in zip(texts, states)]
 
     def padded_state(self, obs: dict[str, Any]) -> torch.Tensor:
         """obs['state'] [B, S] -> normalised, zero-padded float [B, max_state_dim]."""

@@ -52,7 +52,9 @@ class VLAConfig:
     critic_per_action: bool = False  # one value per executed action of the chunk (ppo.reward_level=action)
     # Inputs as a released checkpoint expects them (policies/vla/pretrained/, docs/vla.md):
     state_indices: list[int] = field(default_factory=list)  # obs['state'] dims fed, in order; [] = the first state_dim
-    prompt_suffix: str = ""  # appended to every instruction before tokenising (pi0: "\n")
+    # the text tokenised: {task} the instruction, {clean_task} it stripped with "_" and newlines as
+    # spaces, {state} the normalised padded state in 256 bins over [-1, 1] (pi0.5); pi0: "{task}\n"
+    prompt_template: str = "{task}"
     prefix_attention: str = "causal"  # "causal" or "bidirectional" (pi0's prefix: every real token sees every other)
 
     @property
@@ -67,6 +69,11 @@ class VLAConfig:
             raise ValueError("privileged_dim: critic_obs=privileged needs the width of obs['privileged']")
         if self.prefix_attention not in ("causal", "bidirectional"):
             raise ValueError(f"prefix_attention: {self.prefix_attention!r} is not allowed; choose causal or bidirectional")
+        try:
+            self.prompt_template.format(task="", clean_task="", state="")
+        except (KeyError, IndexError, ValueError) as e:
+            raise ValueError(f"prompt_template: {self.prompt_template!r} is not a template of {{task}}, "
+                             f"{{clean_task}} and {{state}} ({e})") from None
         if self.state_indices and len(self.state_indices) != self.state_dim:
             raise ValueError(f"state_indices: {len(self.state_indices)} indices for state_dim {self.state_dim}; "
                              "give one env state index per policy state dimension")

@@ -28,6 +28,7 @@ from policies.base import ActOutput, Evaluation
 from policies.vla.common import VLAPolicy
 from policies.vla.config import FlowVLAConfig
 from policies.vla.expert import ActionExpert
+from policies.vla.expert_ada import AdaActionExpert
 from policies.vla.exploration import NoiseHead, gaussian_entropy, gaussian_log_density, sde_step
 from policies.vla.prefix import Prefix, masked_mean
 
@@ -54,12 +55,19 @@ class FlowVLA(VLAPolicy):
         heads = int(lm.num_attention_heads)
         head_dim = int(getattr(lm, "head_dim", None) or lm.hidden_size // heads)
         kv_heads = int(getattr(lm, "num_key_value_heads", None) or heads)
-        self.expert = ActionExpert(
-            layers=int(lm.num_hidden_layers), hidden=config.expert_hidden,
-            intermediate=config.expert_intermediate, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-            state_width=config.max_state_dim, action_width=config.max_action_dim,
-            chunk=config.chunk_size, min_period=config.time_min_period, max_period=config.time_max_period,
-            arch=config.expert_arch, rope_theta=_rope_theta(lm))
+        if config.expert_arch == "gemma_ada":  # pi0.5: adaptive-RMSNorm time conditioning, state as text
+            self.expert = AdaActionExpert(
+                layers=int(lm.num_hidden_layers), hidden=config.expert_hidden,
+                intermediate=config.expert_intermediate, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                action_width=config.max_action_dim, min_period=config.time_min_period,
+                max_period=config.time_max_period, rope_theta=_rope_theta(lm))
+        else:
+            self.expert = ActionExpert(
+                layers=int(lm.num_hidden_layers), hidden=config.expert_hidden,
+                intermediate=config.expert_intermediate, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                state_width=config.max_state_dim, action_width=config.max_action_dim,
+                chunk=config.chunk_size, min_period=config.time_min_period, max_period=config.time_max_period,
+                arch=config.expert_arch, rope_theta=_rope_theta(lm))
         self.noise_head = NoiseHead(config.expert_hidden, config.max_action_dim)
         self._beta = torch.distributions.Beta(torch.tensor(1.5), torch.tensor(1.0))
 

@@ -1,7 +1,7 @@
 """Released VLA checkpoints -> the toolkit's policies, strictly (docs/vla.md, "Released checkpoints").
 
 load_pretrained(path, input_map=..., tokenizer=...) detects the format from the files
-(detect.py), maps every tensor onto a FlowVLA (pi0.py; strict.py checks that every checkpoint
+(detect.py), maps every tensor onto a FlowVLA (pi0.py, pi0 and pi0.5; strict.py checks that every checkpoint
 tensor is used and every parameter filled), sets the checkpoint's normalisation (stats.py)
 and the env-to-checkpoint input map (input_map.py). The result is an ordinary policy:
 `save_pretrained` writes our format, `from_pretrained` reloads it, and every RL path runs on it.
@@ -22,9 +22,6 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 # Formats our architectures cannot hold exactly, and what differs (docs/vla.md).
 NOT_EXPRESSIBLE = {
-    "lerobot_pi05": "pi0.5's expert conditions every RMSNorm on the flow time (adaptive RMSNorm with scale, shift and "
-                    "gate from a Dense layer, time_mlp_in/out) and reads the state as discretised text tokens; "
-                    "FlowVLA's expert has neither",
     "lerobot_smolvla": "SmolVLA's expert interleaves cross-attention layers whose key/value projections re-project the "
                        "VLM's keys, over the first layers of a SmolVLM2 backbone (pixel-shuffle connector); FlowVLA's "
                        "expert reads every LM layer's cache directly behind a SigLIP tower and a linear projector",
@@ -56,7 +53,7 @@ def load_pretrained(path: str | Path, input_map: str | Path | InputMap | dict[st
         raise PretrainedError(f"dtype: {dtype!r} is not allowed; choose {' or '.join(DTYPES)}")
     imap = input_map if isinstance(input_map, InputMap) else (
         InputMap.from_dict(input_map) if isinstance(input_map, dict) else InputMap.load(input_map))
-    loader = pi0.load_lerobot if fmt == "lerobot_pi0" else pi0.load_openpi
+    loader = pi0.load_lerobot if fmt in ("lerobot_pi0", "lerobot_pi05") else pi0.load_openpi
     policy, report = loader(path, imap, tokenizer)
     if dtype != "float32":
         policy.prefix.to(DTYPES[dtype])

@@ -1,4 +1,4 @@
-"""pi0 (LeRobot policy directory or openpi PyTorch export) -> FlowVLA with the Gemma expert.
+"""pi0 / pi0.5 (LeRobot policy directory or openpi PyTorch export) -> FlowVLA with the Gemma expert.
 
 Both formats hold one network, PaliGemma (SigLIP tower + linear projector + Gemma LM) with a
 Gemma action expert, under the names of openpi's PyTorch port (LeRobot prefixes them with
@@ -17,6 +17,12 @@ weights under vision_tower.vision_model; all are read). Our names:
   gemma_expert.lm_head.weight                    consumed: pi0 never reads the expert's vocabulary head
   state_proj / action_in_proj / action_out_proj  expert.state_in / action_in / action_out
   action_time_mlp_in / _out                      expert.action_time.0 / .2
+pi0.5 (expert_arch gemma_ada, policies/vla/expert_ada.py) has no state_proj and no action-time
+MLP; instead
+  time_mlp_in / time_mlp_out                     expert.time_in / time_out
+  gemma_expert.model.layers.i.{input,post_attention}_layernorm.dense    expert.layers.i.norm{1,2}.dense
+  gemma_expert.model.norm.dense                  expert.norm.dense
+and its state is text: "Task: <instruction>, State: <256-bin state>;\nAction: " (prompt_template).
 
 The architecture is read from the tensors' shapes (every pi0 Gemma has one key/value head,
 so head_dim is k_proj's width; SigLIP heads are 72 wide as in so400m) and checked against
@@ -54,8 +60,10 @@ _EXPERT = {"input_layernorm": "norm1", "post_attention_layernorm": "norm2", "sel
            "self_attn.k_proj": "k", "self_attn.v_proj": "v", "self_attn.o_proj": "o", "mlp.gate_proj": "gate",
            "mlp.up_proj": "up", "mlp.down_proj": "down"}
 _HEADS = {"state_proj": "expert.state_in", "action_in_proj": "expert.action_in", "action_out_proj": "expert.action_out",
-          "action_time_mlp_in": "expert.action_time.0", "action_time_mlp_out": "expert.action_time.2"}
-PI05_MARKERS = ("time_mlp_in.weight", "time_mlp_out.weight")
+          "action_time_mlp_in": "expert.action_time.0", "action_time_mlp_out": "expert.action_time.2",
+          "time_mlp_in": "expert.time_in", "time_mlp_out": "expert.time_out"}
+PI05_MARKER, PI0_MARKER = "time_mlp_in.weight", "state_proj.weight"
+PI05_PROMPT = "Task: {clean_task}, State: {state};\nAction: "
 
 
 def canonical(key: str) -> str:
@@ -73,19 +81,21 @@ def our_name(key: str) -> str | None:
                      (PG + "model.multi_modal_projector.linear.", "prefix.projector.")):
         if key.startswith(src):
             return dst + key[len(src):]
-    m = re.fullmatch(re.escape(EX) + r"model\.layers\.(\d+)\.(.+)\.weight", key)
-    if m and m.group(2) in _EXPERT:
-        return f"expert.layers.{m.group(1)}.{_EXPERT[m.group(2)]}.weight"
-    if key == EX + "model.norm.weight":
-        return "expert.norm.weight"
+    m = re.fullmatch(re.escape(EX) + r"model\.layers\.(\d+)\.(.+)", key)
+    for sub, ours in _EXPERT.items() if m else ():
+        if m.group(2).startswith(sub + "."):  # a name our layer lacks (a bias, say) is caught by strict.fill
+            return f"expert.layers.{m.group(1)}.{ours}.{m.group(2)[len(sub) + 1:]}"
+    if key.startswith(EX + "model.norm."):
+        return "expert.norm." + key[len(EX + "model.norm."):]
     head, _, leaf = key.rpartition(".")
     if head in _HEADS and leaf in ("weight", "bias"):
         return f"{_HEADS[head]}.{leaf}"
     return None
 
 
-def architecture(t: dict[str, torch.Tensor], variants: dict[str, str]) -> dict[str, Any]:
-    """Widths and depths from the tensor shapes; checked against named Gemma variants."""
+def architecture(t: dict[str, torch.Tensor], variants: dict[str, str], max_state_dim: int | None = None) -> dict[str, Any]:
+    """Widths and depths from the tensor shapes; checked against named Gemma variants. pi0.5
+    (time_mlp_in present) has no state_proj: its padded state width comes from the config."""
     def need(key: str) -> torch.Tensor:
         if key not in t:
             raise PretrainedError(f"missing checkpoint key {key!r}; not a pi0 checkpoint")
@@ -119,8 +129,14 @@ def architecture(t: dict[str, torch.Tensor], variants: dict[str, str]) -> dict[s
     embed = t.get(PG + "model.language_model.embed_tokens.weight", t.get(PG + "lm_head.weight"))
     if embed is None:
         raise PretrainedError(f"missing checkpoint key {PG + 'model.language_model.embed_tokens.weight'!r}")
-    return dict(lm=lm, expert=ex, vision=vision, vocab=embed.shape[0],
-                max_state_dim=need("state_proj.weight").shape[1], max_action_dim=need("action_in_proj.weight").shape[1])
+    pi05 = PI05_MARKER in t
+    if pi05 and PI0_MARKER in t:
+        raise PretrainedError(f"the checkpoint holds both {PI0_MARKER!r} (pi0) and {PI05_MARKER!r} (pi0.5)")
+    state_width = need(PI0_MARKER).shape[1] if not pi05 else max_state_dim
+    if state_width is None:
+        raise PretrainedError("a pi0.5 checkpoint needs its max_state_dim (the config's, or openpi's action_dim)")
+    return dict(lm=lm, expert=ex, vision=vision, vocab=embed.shape[0], pi05=pi05,
+                max_state_dim=int(state_width), max_action_dim=need("action_in_proj.weight").shape[1])
 
 
 def flow_config(arch: dict[str, Any], imap: InputMap, cameras: list[str], state_dim: int, **extra: Any) -> FlowVLAConfig:
@@ -135,13 +151,15 @@ def flow_config(arch: dict[str, Any], imap: InputMap, cameras: list[str], state_
     return FlowVLAConfig(
         action_dim=imap.action_dim, state_dim=state_dim, chunk_size=imap.chunk_size, execute_steps=imap.execute_steps,
         max_state_dim=arch["max_state_dim"], max_action_dim=arch["max_action_dim"], cameras=cameras,
-        state_indices=list(imap.state_indices), prompt_suffix="\n", prefix_attention="bidirectional",
+        state_indices=list(imap.state_indices), prompt_template=PI05_PROMPT if arch["pi05"] else "{task}\n",
+        prefix_attention="bidirectional",
         vision=arch["vision"], lm_type="gemma",
         lm=dict(hidden_size=lm["width"], intermediate_size=lm["mlp_dim"], num_hidden_layers=lm["depth"],
                 num_attention_heads=lm["num_heads"], num_key_value_heads=lm["num_kv_heads"], head_dim=lm["head_dim"],
                 vocab_size=arch["vocab"], hidden_activation="gelu_pytorch_tanh", rms_norm_eps=1e-6,
                 max_position_embeddings=8192),
-        expert_hidden=arch["expert"]["width"], expert_intermediate=arch["expert"]["mlp_dim"], expert_arch="gemma",
+        expert_hidden=arch["expert"]["width"], expert_intermediate=arch["expert"]["mlp_dim"],
+        expert_arch="gemma_ada" if arch["pi05"] else "gemma",
         **extra)
 
 
@@ -150,8 +168,6 @@ def place(policy: FlowVLA, tensors: dict[str, torch.Tensor], where: str) -> Load
     mapped, origin, consumed = {}, {}, {}
     canon = {canonical(k): k for k in tensors}
     for ck, src in canon.items():
-        if ck in PI05_MARKERS:
-            raise PretrainedError(f"{where}: key {src!r} belongs to pi0.5's layout, not pi0's (see docs/vla.md)")
         name = our_name(ck)
         if name is not None:
             mapped[name], origin[name] = tensors[src], src
@@ -166,7 +182,7 @@ def place(policy: FlowVLA, tensors: dict[str, torch.Tensor], where: str) -> Load
             consumed[head] = "tied to the embeddings"
     expert_head = canon.get(EX + "lm_head.weight")
     if expert_head is not None:
-        consumed[expert_head] = "the action expert's vocabulary head; pi0 never reads it"
+        consumed[expert_head] = "the action expert's vocabulary head; pi0 / pi0.5 never read it"
     return fill(policy, list(tensors), mapped, consumed, origin, FRESH, where)
 
 
@@ -183,11 +199,15 @@ def _policy(cfg: FlowVLAConfig, tokenizer: str | Path, arch: dict[str, Any], whe
 
 
 def load_lerobot(path: Path, imap: InputMap, tokenizer: str | Path) -> tuple[FlowVLA, LoadReport]:
-    """A LeRobot pi0 policy directory: config.json, model.safetensors, the processors' stats."""
+    """A LeRobot pi0 / pi0.5 policy directory: config.json, model.safetensors, the processors' stats."""
     config = read_json(path / "config.json", "LeRobot policy config")
     tensors = read_safetensors(path / "model.safetensors", "weights")
     canon = {canonical(k): v for k, v in tensors.items()}
-    arch = architecture(canon, {k: config.get(k) for k in ("paligemma_variant", "action_expert_variant")})
+    arch = architecture(canon, {k: config.get(k) for k in ("paligemma_variant", "action_expert_variant")},
+                        config.get("max_state_dim"))
+    if arch["pi05"] != (config.get("type") == "pi05"):
+        raise PretrainedError(f"{path}: config.json says type {config.get('type')!r}, the weights hold "
+                              f"{'pi0.5' if arch['pi05'] else 'pi0'}'s layout")
     feats = config.get("input_features", {})
     cams = [k for k, f in feats.items() if f.get("type") == "VISUAL"]
     state_dim = int(feats.get("observation.state", {}).get("shape", [0])[0])
@@ -198,7 +218,7 @@ def load_lerobot(path: Path, imap: InputMap, tokenizer: str | Path) -> tuple[Flo
         raise PretrainedError(f"{imap.path}: chunk_size {imap.chunk_size} exceeds the checkpoint's {config['chunk_size']}")
     cfg = flow_config(arch, imap, imap.env_cameras(cams, all_required=True), state_dim,
                       num_steps=imap.num_steps or int(config.get("num_inference_steps", 10)),
-                      max_text_len=int(config.get("tokenizer_max_length", 48)),
+                      max_text_len=int(config.get("tokenizer_max_length", 200 if arch["pi05"] else 48)),
                       time_min_period=float(config.get("min_period", 4e-3)),
                       time_max_period=float(config.get("max_period", 4.0)))
     state, action = norm.lerobot(path, config)
@@ -212,7 +232,8 @@ def load_openpi(path: Path, imap: InputMap, tokenizer: str | Path) -> tuple[Flow
     """An openpi PyTorch export: model.safetensors, config.json (optional), assets/<id>/norm_stats.json."""
     config = read_json(path / "config.json", "openpi config") if (path / "config.json").exists() else {}
     tensors = read_safetensors(path / "model.safetensors", "weights")
-    arch = architecture(tensors, {k: config.get(k) for k in ("paligemma_variant", "action_expert_variant")})
+    arch = architecture(tensors, {k: config.get(k) for k in ("paligemma_variant", "action_expert_variant")},
+                        config.get("action_dim", 32))
     if imap.chunk_size > int(config.get("action_horizon", imap.chunk_size)):
         raise PretrainedError(f"{imap.path}: chunk_size {imap.chunk_size} exceeds the export's action_horizon "
                               f"{config['action_horizon']}")
@@ -221,7 +242,7 @@ def load_openpi(path: Path, imap: InputMap, tokenizer: str | Path) -> tuple[Flow
         raise PretrainedError(f"{imap.path}: action_dim {imap.action_dim}; the norm stats have "
                               f"{action.centre.numel()} action dims")
     cfg = flow_config(arch, imap, imap.env_cameras(OPENPI_CAMERAS, all_required=False), state.centre.numel(),
-                      num_steps=imap.num_steps or 10, max_text_len=48)
+                      num_steps=imap.num_steps or 10, max_text_len=200 if arch["pi05"] else 48)
     policy = _policy(cfg, tokenizer, arch, str(path))
     report = place(policy, tensors, str(path / "model.safetensors"))
     norm.apply(policy, state, action)
