@@ -19,9 +19,10 @@ driver's per-collect seconds waiting on inference and on env workers.
 --concurrency first says why a pipeline can or cannot pay here: the share of an env step and
 of an inference spent in C calls that release the GIL (cProfile), and the calls per second
 and cpu/wall of one and of two threads running pure Python, env steps, inference, or an env
-step beside an inference. Two threads that run in parallel get about twice the calls of one
-and about twice the cpu/wall; two that take turns (the GIL, or a CPU share that a second
-thread does not enlarge) get the same total.
+step beside an inference; then one and two processes stepping envs, in this session and each
+in its own (Linux's autogroup scheduling shares the CPUs between sessions first). Two threads
+that run in parallel get about twice the calls of one and about twice the cpu/wall; two that
+take turns (the GIL, or a CPU share that a second thread does not enlarge) get the same total.
 """
 
 from __future__ import annotations
@@ -146,6 +147,36 @@ def threads_rate(fns: list, seconds: float = 3.0) -> tuple[float, list[float]]:
     return (cpu_seconds() - c) / wall, [n / wall for n in counts]
 
 
+def _step_process(envs: int, seconds: float, own_session: bool, out: object) -> None:
+    """A child process: step a fresh env for `seconds`; put its calls per second on `out`."""
+    if own_session:
+        os.setsid()  # its own session, hence its own scheduler autogroup
+    torch.set_num_threads(1)
+    env = build_env(config(envs, 1, 64, 1).env)
+    env.reset(seed=0)
+    action = torch.zeros(envs, env.spec.action_dim)
+    stop, n, t = time.perf_counter() + seconds, 0, time.perf_counter()
+    while time.perf_counter() < stop:
+        env.step(action)
+        n += 1
+    out.put(n / (time.perf_counter() - t))
+
+
+def processes_rate(envs: int, count: int, own_session: bool, seconds: float = 3.0) -> list[float]:
+    """Env-step calls per second of `count` processes stepping at the same time."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_step_process, args=(envs, seconds, own_session, out)) for _ in range(count)]
+    for p in procs:
+        p.start()
+    rates = [out.get() for _ in procs]
+    for p in procs:
+        p.join()
+    return rates
+
+
 def concurrency(envs: int, hidden: int) -> None:
     """Print the GIL-free shares and the one-thread / two-thread rates (see the module doc)."""
     autogroup = Path("/proc/sys/kernel/sched_autogroup_enabled")
@@ -178,6 +209,10 @@ def concurrency(envs: int, hidden: int) -> None:
                       ("env step x2", [step_a, step_b]), ("inference", [act]), ("env + inference", [step_a, act])):
         cw, rates = threads_rate(fns)
         print(f"{name:<16} cpu/wall {cw:.2f}  calls/s {' + '.join(f'{r:.0f}' for r in rates)}")
+    for count, own in ((1, False), (2, False), (2, True)):
+        rates = processes_rate(envs, count, own)
+        where = "own sessions" if own else "this session"
+        print(f"env step, {count} process(es) in {where}: calls/s {' + '.join(f'{r:.0f}' for r in rates)}")
     env.close()
 
 
