@@ -254,3 +254,17 @@ def test_loaded_pi05_matches_pi05s_forward_and_reads_the_state_as_text(ckpts, fm
     again = Policy.from_pretrained(tmp_path / "ours")
     assert all(torch.equal(v, again.state_dict()[k]) for k, v in policy.state_dict().items())
     assert torch.equal(again.act(obs, deterministic=True).actions, policy.act(obs, deterministic=True).actions)
+
+
+def test_the_converter_writes_an_init_from_directory(ckpts, tmp_path, capsys):
+    from policies.vla.pretrained.__main__ import main
+
+    imap = ROOT / "configs" / "input_maps" / "tiny_pi0__pushcube.yaml"
+    assert main([str(ckpts["lerobot"]), "--input-map", str(imap), "--tokenizer", str(ckpts["tok"]),
+                 "--out", str(tmp_path / "init")]) == 0
+    assert "checkpoint tensors: 124 placed" in capsys.readouterr().out
+    policy = Policy.from_pretrained(tmp_path / "init")
+    assert policy.config.expert_arch == "gemma" and policy.config.cameras == ["front"]
+    assert main([str(ckpts["tok"]), "--input-map", str(imap), "--tokenizer", str(ckpts["tok"]),
+                 "--out", str(tmp_path / "x")]) == 2
+    assert capsys.readouterr().err.startswith("error: ") and not (tmp_path / "x").exists()
