@@ -69,7 +69,7 @@ class FlowVLA(VLAPolicy):
                 chunk=config.chunk_size, min_period=config.time_min_period, max_period=config.time_max_period,
                 arch=config.expert_arch, rope_theta=_rope_theta(lm))
         self.noise_head = NoiseHead(config.expert_hidden, config.max_action_dim)
-        self._beta = torch.distributions.Beta(torch.tensor(1.5), torch.tensor(1.0))
+        self._beta = torch.distributions.Beta(torch.tensor(1.5, device="cpu"), torch.tensor(1.0, device="cpu"))
 
     # -- pieces ------------------------------------------------------------------
     def encode(self, obs: dict[str, Any]) -> tuple[Prefix, torch.Tensor]:

@@ -1,0 +1,33 @@
+"""Real-size presets: parameter counts come from the configs on the meta device (nothing is
+allocated at real size), and the pi0 presets agree with the loader's Gemma variants."""
+
+from __future__ import annotations
+
+import torch
+
+from policies.vla.config import FlowVLAConfig
+from policies.vla.flow import FlowVLA
+from policies.vla.pretrained.pi0 import GEMMA, SIGLIP_HEAD_DIM
+from policies.vla.pretrained.presets import PRESETS, parameter_count
+
+
+def test_meta_device_count_equals_the_built_model():
+    cfg = FlowVLAConfig(expert_arch="gemma_ada", lm_type="gemma", critic=False,
+                        lm=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=8,
+                                num_key_value_heads=1, head_dim=16))
+    real = sum(p.numel() for p in FlowVLA(cfg).parameters())
+    assert parameter_count(cfg)["total"] == real
+
+
+def test_pi0_presets_match_the_loaders_variants():
+    for name in ("pi0", "pi05"):
+        cfg = PRESETS[name]()
+        lm, g = cfg.lm, GEMMA["gemma_2b"]
+        assert (lm["hidden_size"], lm["intermediate_size"], lm["num_hidden_layers"], lm["head_dim"]) == (
+            g["width"], g["mlp_dim"], g["depth"], g["head_dim"])
+        assert (cfg.expert_hidden, cfg.expert_intermediate) == (GEMMA["gemma_300m"]["width"], GEMMA["gemma_300m"]["mlp_dim"])
+        assert cfg.vision["hidden_size"] == cfg.vision["num_attention_heads"] * SIGLIP_HEAD_DIM
+    counts = parameter_count(PRESETS["pi0"]())
+    w, e = GEMMA["gemma_2b"]["width"], GEMMA["gemma_300m"]
+    assert counts["prefix.lm"] > 257152 * w and counts["expert"] > e["depth"] * 3 * e["width"] * e["mlp_dim"]
+    assert torch.get_default_device().type == "cpu"  # the meta device did not leak
