@@ -101,6 +101,12 @@ def test_embodied_train_on_ray_resumes_on_local_exactly(tmp_path, capsys):
     assert main([*args, "train.total_steps=128", "train.backend=ray", f"train.run_dir={tmp_path / 'ray'}"]) == 0
     assert "backend ray" in capsys.readouterr().out
     assert (tmp_path / "ray" / "checkpoints" / "latest").read_text().strip() == "iter_000002"
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "ray" / "tb"))
+    events.Reload()
+    for tag in ("train/approx_kl", "rollout/env_worker_restarts", "time/env_wait_seconds", "eval/success_rate"):
+        assert [e.step for e in events.Scalars(tag)][-1] == 128, tag  # 8 envs x 8 steps x 2 iterations
     assert main(["train", "--resume", str(tmp_path / "ray"), "train.total_steps=256", "train.backend=local"]) == 0
     assert main([*args, "train.total_steps=256", "train.backend=local", f"train.run_dir={tmp_path / 'local'}"]) == 0
     resumed, local_w = final_weights(tmp_path / "ray"), final_weights(tmp_path / "local")
