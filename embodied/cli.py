@@ -166,7 +166,7 @@ def parser() -> argparse.ArgumentParser:
     pl.add_argument("config", help="pipeline YAML (path or name in configs/), e.g. demo")
     pl.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. rl.train.total_steps=20000")
     pl.set_defaults(fn=cmd_pipeline)
-    rp = sub.add_parser("report", help="remake a sim-to-real report folder's report.md from its results.json")
+    rp = sub.add_parser("report", help="remake a sim-to-real report folder's report.md and report.html from its results.json")
     rp.add_argument("dir", help="report folder holding results.json (docs/sim2real.md)")
     rp.add_argument("--reps", type=int, default=2000, help="bootstrap resamples of the IQM intervals")
     rp.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")

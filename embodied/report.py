@@ -1,6 +1,7 @@
 """The sim-to-real report: `results.json` (every episode) -> `report.md` and PNG sweep plots.
 
-`embodied report DIR` remakes DIR/report.md from DIR/results.json without running anything.
+`embodied report DIR` remakes DIR/report.md (and report.html, embodied/report_html.py) from
+DIR/results.json without running anything.
 Schema of results.json (docs/sim2real.md, "results.json"):
 
   {"format": "embodied-sim2real-results", "version": 1,
@@ -28,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from embodied import stats
+from embodied.report_html import write_html
 
 FORMAT, VERSION = "embodied-sim2real-results", 1
 KINDS = ("nominal", "randomised", "sweep", "robot")  # sim without / with randomisation, one axis swept, robot
@@ -362,7 +364,7 @@ def _json_block(block: dict) -> str:
 # ---------------------------------------------------------------------------- the report
 
 def write_report(folder: str | Path, reps: int = 2000, seed: int = 0) -> Path:
-    """Remake folder/report.md and folder/sweep_<axis>.png from folder/results.json."""
+    """Remake folder/report.md, report.html and sweep_<axis>.png from folder/results.json."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ReportError(f"DIR: expected a report folder holding results.json, {folder} is not a directory")
@@ -387,6 +389,7 @@ def write_report(folder: str | Path, reps: int = 2000, seed: int = 0) -> Path:
         lines += ["## Videos", "", *[f"- [{v}]({v})" for v in videos], ""]
     path = folder / "report.md"
     path.write_text("\n".join(lines))
+    write_html(folder, "\n".join(lines))  # report.html: the same page in a browser, PNGs and videos inline
     return path
 
 

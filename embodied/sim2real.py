@@ -27,8 +27,8 @@ import yaml
 
 from embodied.sim2real_robot import Sim2RealError, Twin, observed_cameras, robot_config_from_file, run_robot
 
-SUCCESS = ("the task's success predicate (sims/mujoco/tasks/; ManiSkill's `success`) holds at some control step; the episode "
-           "ends there (terminated) or after the task's max_episode_steps (a failure)")
+SUCCESS = ("the task's success predicate (sims/mujoco/tasks/; ManiSkill's `success`) holds at some control step; "
+           "the episode ends there (terminated) or after the task's max_episode_steps (a failure)")
 RUN_SIZE = 10  # consecutive evaluation seeds per run: the unit of the IQM's bootstrap
 
 

@@ -209,3 +209,50 @@ def test_bad_results(change, field):
     with pytest.raises(ReportError) as e:
         validate(data)
     assert str(e.value).startswith(f"{field}:") and "expected" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_html_page_mirrors_the_markdown(report_dir, tmp_path):
+    """report.html: every markdown table with its rows, the PNGs and videos inline, text escaped,
+    tags balanced (checked with the standard library's HTML parser)."""
+    from html.parser import HTMLParser
+
+    import numpy as np
+
+    from embodied.video import write_mp4
+
+    class Page(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.open, self.count, self.src, self.text = [], {}, [], []
+
+        def handle_starttag(self, tag, attrs):
+            self.count[tag] = self.count.get(tag, 0) + 1
+            self.src += [v for k, v in attrs if k == "src"]
+            if tag not in ("img", "meta"):
+                self.open.append(tag)
+
+        def handle_endtag(self, tag):
+            assert self.open.pop() == tag
+
+        def handle_data(self, data):
+            self.text.append(data)
+
+    md = (report_dir / "report.md").read_text()
+    page = Page()
+    page.feed((report_dir / "report.html").read_text())
+    assert page.open == []
+    rows = [ln for ln in md.splitlines() if ln.startswith("|")]
+    separators = [ln for ln in rows if ln.startswith("|---")]  # one per table
+    assert page.count["tr"] == len(rows) - len(separators) and page.count["table"] == len(separators)
+    pngs = sorted(p.name for p in report_dir.glob("sweep_*.png"))
+    assert pngs and sorted(page.src) == pngs
+    assert page.count["h2"] == md.count("\n## ") and '"config_hash"' in "".join(page.text)
+    # A name that is HTML stays text; a video in the folder plays on the page.
+    eps = [{**e, "checkpoint": "a<b>&c"} for e in synthetic_episodes(trials=10)
+           if e["checkpoint"] == "ckpt_0" and e["condition"] == "nominal"]
+    write_results(tmp_path / "results.json", PROTOCOL, {"nominal": {"kind": "nominal"}}, eps)
+    write_mp4(tmp_path / "videos" / "nominal_seed3.mp4", np.zeros((2, 16, 16, 3), np.uint8))
+    write_report(tmp_path, reps=100)
+    page = (tmp_path / "report.html").read_text()
+    assert "a&lt;b&gt;&amp;c" in page and "a<b>" not in page
+    assert '<video controls preload="metadata" src="videos/nominal_seed3.mp4">' in page

@@ -139,8 +139,8 @@ def test_twin_over_dds_repeats_simulation_seed_for_seed(reach_run, tmp_path, cap
 
 
 def _check_robot_video(out, episodes, prefix):
-    """The first failed robot episode's video: the reset's frame and one per step, 128 x 128,
-    from the twin's front camera although the policy reads no camera; listed in the report."""
+    """The first failed robot episode's video: the reset's frame and one per step,
+    from the twin's front camera (64 x 64) although the policy reads no camera; listed in the report."""
     import av
     import numpy as np
 
@@ -151,7 +151,7 @@ def _check_robot_video(out, episodes, prefix):
     assert sorted(p.name for p in (out / "videos").glob(f"{prefix}_*.mp4")) == [path.name]
     with av.open(str(path)) as container:
         frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
-    assert len(frames) == length + 1 and frames[0].shape == (128, 128, 3)
+    assert len(frames) == length + 1 and frames[0].shape == (64, 64, 3)
     assert np.stack(frames).astype(float).std() > 5  # not a blank picture
     assert path.name in (out / "report.md").read_text()
 
