@@ -40,7 +40,7 @@ import torch
 from policies.vla.config import FlowVLAConfig
 from policies.vla.flow import FlowVLA
 from policies.vla.pretrained import stats as norm
-from policies.vla.pretrained.files import PretrainedError, read_json, read_safetensors
+from policies.vla.pretrained.files import LazyTensors, PretrainedError, read_json
 from policies.vla.pretrained.input_map import InputMap
 from policies.vla.pretrained.strict import LoadReport, fill
 
@@ -93,10 +93,11 @@ def our_name(key: str) -> str | None:
     return None
 
 
-def architecture(t: dict[str, torch.Tensor], variants: dict[str, str], max_state_dim: int | None = None) -> dict[str, Any]:
-    """Widths and depths from the tensor shapes; checked against named Gemma variants. pi0.5
+def architecture(t: dict[str, tuple[int, ...]], variants: dict[str, str], max_state_dim: int | None = None) -> dict[str, Any]:
+    """Widths and depths from the tensor shapes `t` (canonical key -> shape); checked against
+    named Gemma variants. pi0.5
     (time_mlp_in present) has no state_proj: its padded state width comes from the config."""
-    def need(key: str) -> torch.Tensor:
+    def need(key: str) -> tuple[int, ...]:
         if key not in t:
             raise PretrainedError(f"missing checkpoint key {key!r}; not a pi0 checkpoint")
         return t[key]
@@ -107,8 +108,8 @@ def architecture(t: dict[str, torch.Tensor], variants: dict[str, str], max_state
 
     def gemma(base: str, depth_prefix: str, name: str) -> dict[str, int]:
         q, k = need(base + "self_attn.q_proj.weight"), need(base + "self_attn.k_proj.weight")
-        dims = dict(width=q.shape[1], depth=layers(depth_prefix), mlp_dim=need(base + "mlp.gate_proj.weight").shape[0],
-                    num_heads=q.shape[0] // k.shape[0], num_kv_heads=1, head_dim=k.shape[0])
+        dims = dict(width=q[1], depth=layers(depth_prefix), mlp_dim=need(base + "mlp.gate_proj.weight")[0],
+                    num_heads=q[0] // k[0], num_kv_heads=1, head_dim=k[0])
         variant = variants.get(name)
         if variant is not None and variant.removesuffix("_lora") in GEMMA and GEMMA[variant.removesuffix("_lora")] != dims:
             raise PretrainedError(f"{name}: the config names {variant!r} ({GEMMA[variant.removesuffix('_lora')]}); "
@@ -119,11 +120,11 @@ def architecture(t: dict[str, torch.Tensor], variants: dict[str, str], max_state
     ex = gemma(EX + "model.layers.0.", EX + "model.layers.", "action_expert_variant")
     vt = PG + "model.vision_tower."
     patch = need(vt + "embeddings.patch_embedding.weight")
-    width, p = patch.shape[0], patch.shape[-1]
+    width, p = patch[0], patch[-1]
     if width % SIGLIP_HEAD_DIM:
         raise PretrainedError(f"vision tower width {width} is not a multiple of SigLIP's head width {SIGLIP_HEAD_DIM}")
-    grid = int(round(need(vt + "embeddings.position_embedding.weight").shape[0] ** 0.5))
-    vision = dict(hidden_size=width, intermediate_size=need(vt + "encoder.layers.0.mlp.fc1.weight").shape[0],
+    grid = int(round(need(vt + "embeddings.position_embedding.weight")[0] ** 0.5))
+    vision = dict(hidden_size=width, intermediate_size=need(vt + "encoder.layers.0.mlp.fc1.weight")[0],
                   num_hidden_layers=layers(vt + "encoder.layers."), num_attention_heads=width // SIGLIP_HEAD_DIM,
                   image_size=grid * p, patch_size=p, vision_use_head=False)
     embed = t.get(PG + "model.language_model.embed_tokens.weight", t.get(PG + "lm_head.weight"))
@@ -132,11 +133,11 @@ def architecture(t: dict[str, torch.Tensor], variants: dict[str, str], max_state
     pi05 = PI05_MARKER in t
     if pi05 and PI0_MARKER in t:
         raise PretrainedError(f"the checkpoint holds both {PI0_MARKER!r} (pi0) and {PI05_MARKER!r} (pi0.5)")
-    state_width = need(PI0_MARKER).shape[1] if not pi05 else max_state_dim
+    state_width = need(PI0_MARKER)[1] if not pi05 else max_state_dim
     if state_width is None:
         raise PretrainedError("a pi0.5 checkpoint needs its max_state_dim (the config's, or openpi's action_dim)")
-    return dict(lm=lm, expert=ex, vision=vision, vocab=embed.shape[0], pi05=pi05,
-                max_state_dim=int(state_width), max_action_dim=need("action_in_proj.weight").shape[1])
+    return dict(lm=lm, expert=ex, vision=vision, vocab=embed[0], pi05=pi05,
+                max_state_dim=int(state_width), max_action_dim=need("action_in_proj.weight")[1])
 
 
 def flow_config(arch: dict[str, Any], imap: InputMap, cameras: list[str], state_dim: int, **extra: Any) -> FlowVLAConfig:
@@ -163,27 +164,27 @@ def flow_config(arch: dict[str, Any], imap: InputMap, cameras: list[str], state_
         **extra)
 
 
-def place(policy: FlowVLA, tensors: dict[str, torch.Tensor], where: str) -> LoadReport:
+def place(policy: FlowVLA, tensors: LazyTensors, where: str) -> LoadReport:
     """Map every checkpoint tensor onto the policy strictly (strict.fill)."""
-    mapped, origin, consumed = {}, {}, {}
-    canon = {canonical(k): k for k in tensors}
+    origin, consumed = {}, {}
+    canon = {canonical(k): k for k in tensors.shapes}
     for ck, src in canon.items():
         name = our_name(ck)
         if name is not None:
-            mapped[name], origin[name] = tensors[src], src
+            origin[name] = src
     head = canon.get(PG + "lm_head.weight")
     if head is not None:
         embed_name = "prefix.lm.embed_tokens.weight"
-        if embed_name not in mapped:
-            mapped[embed_name], origin[embed_name] = tensors[head], head
-        elif not torch.equal(mapped[embed_name], tensors[head]):
+        if embed_name not in origin:
+            origin[embed_name] = head
+        elif not torch.equal(tensors[origin[embed_name]], tensors[head]):
             raise PretrainedError(f"{where}: {head!r} differs from the embeddings; PaliGemma ties them")
         else:
             consumed[head] = "tied to the embeddings"
     expert_head = canon.get(EX + "lm_head.weight")
     if expert_head is not None:
         consumed[expert_head] = "the action expert's vocabulary head; pi0 / pi0.5 never read it"
-    return fill(policy, list(tensors), mapped, consumed, origin, FRESH, where)
+    return fill(policy, tensors, tensors.shapes, origin, consumed, FRESH, where)
 
 
 def _policy(cfg: FlowVLAConfig, tokenizer: str | Path, arch: dict[str, Any], where: str) -> FlowVLA:
@@ -201,8 +202,8 @@ def _policy(cfg: FlowVLAConfig, tokenizer: str | Path, arch: dict[str, Any], whe
 def load_lerobot(path: Path, imap: InputMap, tokenizer: str | Path) -> tuple[FlowVLA, LoadReport]:
     """A LeRobot pi0 / pi0.5 policy directory: config.json, model.safetensors, the processors' stats."""
     config = read_json(path / "config.json", "LeRobot policy config")
-    tensors = read_safetensors(path / "model.safetensors", "weights")
-    canon = {canonical(k): v for k, v in tensors.items()}
+    tensors = LazyTensors(path / "model.safetensors", "weights")
+    canon = {canonical(k): v for k, v in tensors.shapes.items()}
     arch = architecture(canon, {k: config.get(k) for k in ("paligemma_variant", "action_expert_variant")},
                         config.get("max_state_dim"))
     if arch["pi05"] != (config.get("type") == "pi05"):
@@ -231,8 +232,8 @@ def load_lerobot(path: Path, imap: InputMap, tokenizer: str | Path) -> tuple[Flo
 def load_openpi(path: Path, imap: InputMap, tokenizer: str | Path) -> tuple[FlowVLA, LoadReport]:
     """An openpi PyTorch export: model.safetensors, config.json (optional), assets/<id>/norm_stats.json."""
     config = read_json(path / "config.json", "openpi config") if (path / "config.json").exists() else {}
-    tensors = read_safetensors(path / "model.safetensors", "weights")
-    arch = architecture(tensors, {k: config.get(k) for k in ("paligemma_variant", "action_expert_variant")},
+    tensors = LazyTensors(path / "model.safetensors", "weights")
+    arch = architecture({canonical(k): v for k, v in tensors.shapes.items()}, {k: config.get(k) for k in ("paligemma_variant", "action_expert_variant")},
                         config.get("action_dim", 32))
     if imap.chunk_size > int(config.get("action_horizon", imap.chunk_size)):
         raise PretrainedError(f"{imap.path}: chunk_size {imap.chunk_size} exceeds the export's action_horizon "

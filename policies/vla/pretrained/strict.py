@@ -1,18 +1,19 @@
 """Strict loading: every checkpoint tensor is used and every parameter is filled.
 
-A format's loader turns the checkpoint's tensors into `mapped` {our name: tensor} and names
-the tensors it consumed without placing them (`consumed`, each with its reason: a head tied
+A format's loader maps the checkpoint's keys onto ours (`origin` {our name: checkpoint key})
+and names the tensors it consumed without placing them (`consumed`, each with its reason: a head tied
 to the embeddings, a vocabulary head the reference model never reads). `fill` then checks
   - every checkpoint tensor was mapped or consumed (else: the first unexpected key, and the count);
   - every entry of the policy's state dict was filled, apart from the names under `fresh`
     (heads the reference model does not have, e.g. the RL noise head and the critic, and the
     normalisation buffers that stats.py sets) (else: the first missing key, and the count);
   - every shape matches (else: the first mismatched key with both shapes);
-and copies the tensors in, cast to the policy's dtype.
+and copies the tensors in one at a time, cast to the policy's dtype.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -38,34 +39,35 @@ class LoadReport:
                 f"{fresh} entries of ours start fresh")
 
 
-def fill(module: nn.Module, source_keys: list[str], mapped: dict[str, torch.Tensor],
-         consumed: dict[str, str], origin: dict[str, str], fresh: tuple[str, ...], where: str) -> LoadReport:
-    """Copy `mapped` into `module` strictly (see the module doc).
+def fill(module: nn.Module, source: Mapping[str, torch.Tensor], shapes: dict[str, tuple[int, ...]],
+         origin: dict[str, str], consumed: dict[str, str], fresh: tuple[str, ...], where: str) -> LoadReport:
+    """Copy the checkpoint into `module` strictly (see the module doc).
 
-    source_keys: every tensor name in the checkpoint files; origin: our name -> the checkpoint
-    key it came from (for error messages); fresh: prefixes of our names that start fresh.
+    source: checkpoint key -> tensor (read lazily, one at a time: files.LazyTensors); shapes:
+    checkpoint key -> shape; origin: our name -> the checkpoint key it comes from; consumed:
+    checkpoint keys used without being placed; fresh: prefixes of our names that start fresh.
     """
     placed = set(origin.values()) | set(consumed)
-    unexpected = [k for k in source_keys if k not in placed]
+    unexpected = [k for k in shapes if k not in placed]
     if unexpected:
         raise PretrainedError(f"{where}: unexpected checkpoint key {unexpected[0]!r} "
                               f"({len(unexpected)} unexpected); the format's layout does not use it")
     own = module.state_dict()
-    foreign = [k for k in mapped if k not in own]
+    foreign = [k for k in origin if k not in own]
     if foreign:
-        raise PretrainedError(f"{where}: unexpected checkpoint key {origin.get(foreign[0], foreign[0])!r} "
+        raise PretrainedError(f"{where}: unexpected checkpoint key {origin[foreign[0]]!r} "
                               f"({len(foreign)} unexpected); it maps to {foreign[0]!r}, which this model lacks")
-    missing = [k for k in own if k not in mapped and not k.startswith(fresh)]
+    missing = [k for k in own if k not in origin and not k.startswith(fresh)]
     if missing:
         raise PretrainedError(f"{where}: missing checkpoint key for {missing[0]!r} ({len(missing)} missing); "
                               "every parameter of the reference architecture must come from the checkpoint")
-    for k, v in mapped.items():
-        if tuple(v.shape) != tuple(own[k].shape):
-            raise PretrainedError(f"{where}: wrong shape for {origin.get(k, k)!r}: checkpoint {tuple(v.shape)}, "
+    for k, src in origin.items():
+        if tuple(shapes[src]) != tuple(own[k].shape):
+            raise PretrainedError(f"{where}: wrong shape for {src!r}: checkpoint {tuple(shapes[src])}, "
                                   f"model {tuple(own[k].shape)} ({k})")
     with torch.no_grad():
-        for k, v in mapped.items():
-            own[k].copy_(v.to(own[k].dtype))
-    return LoadReport(source_tensors=len(source_keys), filled=len(mapped),
-                      filled_numel=sum(v.numel() for v in mapped.values()), consumed=dict(consumed),
-                      fresh=[k for k in own if k not in mapped])
+        for k, src in origin.items():
+            own[k].copy_(source[src].to(own[k].dtype))
+    return LoadReport(source_tensors=len(shapes), filled=len(origin),
+                      filled_numel=sum(own[k].numel() for k in origin), consumed=dict(consumed),
+                      fresh=[k for k in own if k not in origin])
