@@ -60,6 +60,7 @@ class PolicyConfig:
     greedy: Literal["argmax", "mean", "vertex"] | None = None  # ar: how the deterministic (evaluation) act picks bins
     critic_obs: Literal["prefix", "privileged"] | None = None  # a fresh VLA value head on this input
     freeze: Literal["none", "vision", "vlm"] = "none"  # VLAs: weights RL leaves alone (vlm: flow only)
+    lora_rank: int = 0  # VLAs: > 0 trains rank-r adapters on the prefix's attention instead of the prefix (docs/vla.md)
 
 
 @dataclass

@@ -76,6 +76,16 @@ def build_vla(cfg: Any, spec: Any, per_action_value: bool = False) -> Policy:
     if cfg.freeze == "vlm" and cfg.name != "flow_vla":
         raise PolicyLoadError("policy.freeze=vlm applies to flow_vla only (the AR policy's actions are LM tokens); "
                               "use none or vision")
+    if cfg.lora_rank < 0:
+        raise PolicyLoadError(f"policy.lora_rank: {cfg.lora_rank} must be >= 0 (0: no adapters)")
+    if cfg.lora_rank and policy.config.lora_rank not in (0, cfg.lora_rank):
+        raise PolicyLoadError(f"policy.lora_rank: {cfg.init_from} already holds rank-{policy.config.lora_rank} "
+                              f"adapters, not {cfg.lora_rank}")
+    if cfg.lora_rank and not policy.config.lora_rank:  # adapters on the prefix, the rest of it frozen
+        from policies.vla.lora import apply_lora
+
+        apply_lora(policy.prefix, cfg.lora_rank)
+        policy.config.lora_rank = cfg.lora_rank
     frozen = {"none": [], "vision": [policy.prefix.vision, policy.prefix.projector], "vlm": [policy.prefix]}
     for module in frozen[cfg.freeze]:
         module.requires_grad_(False)

@@ -118,3 +118,27 @@ def test_lora_trains_adapters_only_and_merges_into_a_plain_checkpoint(ckpt, tmp_
     again = Policy.from_pretrained(tmp_path / "merged")
     with torch.no_grad():
         assert (again.act(obs, deterministic=True).actions - adapted).abs().max() < 1e-5
+
+
+def test_lora_rank_of_the_train_config_survives_save_and_reload(ckpt, tmp_path, one_thread):
+    """policy.lora_rank wraps a loaded checkpoint's prefix; the adapters are part of the saved
+    architecture, so a checkpoint reloads (and resumes) with them."""
+    from embodied.config import PolicyConfig
+    from policies.base import PolicyLoadError
+    from policies.registry import build_policy
+
+    _load(ckpt, "flow_noise").save_pretrained(tmp_path / "init")
+    spec = make_env("PushCube", 1, obs_mode="rgb", image_size=IMAGE).spec
+    policy = build_policy(PolicyConfig(name="flow_vla", init_from=str(tmp_path / "init"), lora_rank=4), spec)
+    adapters = [m for m in policy.modules() if isinstance(m, LoRALinear)]
+    assert policy.config.lora_rank == 4 and len(adapters) == 24
+    with torch.no_grad():
+        for m in adapters:  # as if trained
+            m.lora_b.normal_(0.0, 0.01)
+    policy.save_pretrained(tmp_path / "ckpt")
+    again = Policy.from_pretrained(tmp_path / "ckpt")
+    a, b = policy.state_dict(), again.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert trainable_summary(again)["trainable"] == trainable_summary(policy)["trainable"]
+    with pytest.raises(PolicyLoadError, match="already holds rank-4 adapters, not 8"):
+        build_policy(PolicyConfig(name="flow_vla", init_from=str(tmp_path / "ckpt"), lora_rank=8), spec)

@@ -64,6 +64,10 @@ class VLAPolicy(Policy):
         self.prefix = VisionLanguagePrefix(config, build_vision(config), lm, marker=self.marker)
         self.state_stats, self.action_stats = Stats(config.state_dim), Stats(config.action_dim)
         self._build_critic()
+        if config.lora_rank > 0:  # adapters are part of the architecture, so checkpoints reload them
+            from policies.vla.lora import apply_lora
+
+            apply_lora(self.prefix, config.lora_rank, config.lora_alpha or None)
 
     def _build_critic(self) -> None:
         cfg = self.config

@@ -56,6 +56,8 @@ class VLAConfig:
     # spaces, {state} the normalised padded state in 256 bins over [-1, 1] (pi0.5); pi0: "{task}\n"
     prompt_template: str = "{task}"
     prefix_attention: str = "causal"  # "causal" or "bidirectional" (pi0's prefix: every real token sees every other)
+    lora_rank: int = 0  # > 0: rank-r adapters on the prefix's attention projections, the rest of it frozen
+    lora_alpha: float = 0.0  # adapter scale alpha / r; 0 = alpha equal to the rank
 
     @property
     def executed_len(self) -> int:
@@ -67,6 +69,8 @@ class VLAConfig:
             raise ValueError(f"critic_obs: {self.critic_obs!r} is not allowed; choose prefix or privileged")
         if self.critic and self.critic_obs == "privileged" and self.privileged_dim < 1:
             raise ValueError("privileged_dim: critic_obs=privileged needs the width of obs['privileged']")
+        if self.lora_rank < 0:
+            raise ValueError(f"lora_rank: {self.lora_rank} must be >= 0 (0: no adapters)")
         if self.prefix_attention not in ("causal", "bidirectional"):
             raise ValueError(f"prefix_attention: {self.prefix_attention!r} is not allowed; choose causal or bidirectional")
         try:

@@ -3,8 +3,9 @@
 LoRA (Hu et al. 2021): a frozen Linear y = W x + b gains a trainable update
     y = W x + b + (alpha / r) * B (A x),   A [r, in] (Kaiming-uniform), B [out, r] (zeros)
 so a fresh adapter leaves the outputs unchanged and only A, B train (r * (in + out) values
-per layer). `merge_lora` folds B A into W and restores plain Linears, so the merged policy
-saves and reloads in the ordinary format.
+per layer). A VLA built with `lora_rank` > 0 (config; `policy.lora_rank` of `embodied train`)
+wraps its prefix at construction, so its checkpoints reload with their adapters and resume
+exactly. `merge_lora` folds B A into W and restores plain Linears (lora_rank 0).
 
 trainable_summary(policy) states what RL will update: the count of trainable values, the
 total, and the trainable ones per top-level module.
@@ -61,13 +62,16 @@ def apply_lora(module: nn.Module, rank: int, alpha: float | None = None,
 
 
 def merge_lora(module: nn.Module) -> int:
-    """Fold every adapter into its Linear (in place); returns how many were merged."""
+    """Fold every adapter into its Linear (in place); returns how many were merged. A VLA's
+    config then says lora_rank 0, so it saves and reloads as a plain policy."""
     merged = 0
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, LoRALinear):
                 setattr(parent, name, child.merged())
                 merged += 1
+    if hasattr(getattr(module, "config", None), "lora_rank"):
+        module.config.lora_rank = 0
     return merged
 
 
