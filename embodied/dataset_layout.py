@@ -27,7 +27,11 @@ EPISODES_PATH = "meta/episodes/chunk-000/file-000.parquet"
 TASKS_PATH = "meta/tasks.parquet"
 # Our episode keys (what EpisodeWriter.add takes) -> LeRobot feature names.
 FEATURE_NAMES = {"obs.state": "observation.state", "obs.privileged": "observation.environment_state",
-                 "action": "action", "reward": "next.reward", "success": "next.success"}
+                 "action": "action", "reward": "next.reward", "success": "next.success",
+                 # on-robot finetuning (embodied/robot_rl): LeRobot's HIL-SERL records interventions
+                 # under complementary_info too
+                 "intervened": "complementary_info.is_intervention",
+                 "weight_version": "complementary_info.weight_version"}
 IMAGE_PREFIX = "obs.rgb_"
 VIDEO_PREFIX = "observation.images."
 # LeRobot's default tolerance between a frame's timestamp and the video frame it names (s).
