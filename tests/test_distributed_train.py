@@ -56,6 +56,19 @@ def test_bad_roles_config_is_one_line_before_anything_starts(tmp_path, capsys, o
     assert not (tmp_path / "run").exists()  # nothing written
 
 
+def test_default_config_keeps_the_single_process_loop(tmp_path):
+    """Without train.backend / train.placement, `embodied train` is train.py's loop: nothing of
+    embodied/distributed and no Ray is imported."""
+    script = ("import sys; from embodied.cli import main; main(sys.argv[1:]); "
+              "print(sorted(m for m in sys.modules if m.startswith(('embodied.distributed', 'ray'))))")
+    out = subprocess.run([sys.executable, "-c", script, "train", *TINY, "train.total_steps=64",
+                          f"train.run_dir={tmp_path / 'run'}"], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+    assert "backend" not in out.stdout
+
+
 def test_killed_roles_run_resumes_exactly(tmp_path):
     """A pipelined run over roles (backend local) killed with SIGKILL and resumed with
     `embodied train --resume` ends with the weights of an uninterrupted run."""
