@@ -14,6 +14,12 @@ parameter; activations of the backward pass (batch- and checkpointing-dependent)
                                  head width x prefix tokens (images + text) x 2 B
 Each preset reads one camera (add a camera's patches to the KV cache for more). Prints a
 markdown table (docs/benchmarks.md).
+
+    .venv/bin/python benchmarks/pretrained_sizes.py --latency smolvla [--threads 1]
+
+builds that preset on the CPU with random weights (our architecture at that size; it says
+nothing of another implementation's speed) and times `act` at batch 1 (deterministic, the
+preset's 10 Euler steps; median of 5 after one warm-up) and the prefix forward alone.
 """
 
 from __future__ import annotations
@@ -59,5 +65,38 @@ def main() -> None:
     print(f"\nOpenVLA's DINOv2 ViT-L/14 tower (not in ARVLA): {dinov2_vit_l14() / 1e6:.1f} M parameters")
 
 
+def latency(name: str, threads: int) -> None:
+    import statistics
+    import time
+
+    from policies.vla.flow import FlowVLA
+
+    torch.set_num_threads(threads)
+    cfg = PRESETS[name]()
+    t0 = time.perf_counter()
+    policy = FlowVLA(cfg).eval()
+    built = time.perf_counter() - t0
+    size = cfg.vision["image_size"]
+    obs = {"state": torch.zeros(1, cfg.state_dim), "instruction": ["pick up the cube and place it in the box"],
+           **{f"rgb_{c}": torch.randint(0, 256, (1, size, size, 3), dtype=torch.uint8) for c in cfg.cameras}}
+    times, prefix = [], []
+    with torch.no_grad():
+        for i in range(6):
+            t = time.perf_counter()
+            policy.act(obs, deterministic=True)
+            times.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            policy.encode(obs)
+            prefix.append(time.perf_counter() - t)
+    print(f"{name}: built in {built:.0f} s; act batch 1, {cfg.num_steps} steps, {threads} thread(s): "
+          f"median {statistics.median(times[1:]):.2f} s (prefix forward {statistics.median(prefix[1:]):.2f} s)")
+
+
 if __name__ == "__main__":
-    main()
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--latency", choices=[n for n in PRESETS if n != "openvla"])
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    latency(args.latency, args.threads) if args.latency else main()

@@ -208,6 +208,8 @@ def test_malformed_checkpoints_give_one_line_errors(ckpts, tmp_path):
         with pytest.raises(PretrainedError, match=message) as e:
             load_pretrained(path, imap, tok)
         assert "\n" not in str(e.value), str(e.value)
+    empty = write_lerobot_pi0(tmp_path / "empty", ref, ["image", "empty_camera_0"])  # LeRobot's masked slots
+    assert load_pretrained(empty, MAP, tok).config.cameras == ["front"]
     two = write_lerobot_pi0(tmp_path / "two", ref, ["image", "wrist"])
     with pytest.raises(PretrainedError, match="checkpoint camera 'observation.images.wrist' has no env camera"):
         load_pretrained(two, {**MAP, "cameras": {"observation.images.image": "front"}}, tok)

@@ -210,7 +210,9 @@ def load_lerobot(path: Path, imap: InputMap, tokenizer: str | Path) -> tuple[Flo
         raise PretrainedError(f"{path}: config.json says type {config.get('type')!r}, the weights hold "
                               f"{'pi0.5' if arch['pi05'] else 'pi0'}'s layout")
     feats = config.get("input_features", {})
-    cams = [k for k, f in feats.items() if f.get("type") == "VISUAL"]
+    # LeRobot's empty_cameras are always-masked image slots: never attended, so leaving them out is exact
+    cams = [k for k, f in feats.items() if f.get("type") == "VISUAL"
+            and not k.startswith("observation.images.empty_camera_")]
     state_dim = int(feats.get("observation.state", {}).get("shape", [0])[0])
     action_dim = int(config.get("output_features", {}).get("action", {}).get("shape", [0])[0])
     if action_dim != imap.action_dim:
