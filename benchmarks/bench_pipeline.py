@@ -17,12 +17,14 @@ machine a pipeline can only pay where it is near 2 in pipelined mode), and for t
 driver's per-collect seconds waiting on inference and on env workers.
 
 --concurrency first says why a pipeline can or cannot pay here: the share of an env step and
-of an inference spent in C calls that release the GIL (cProfile), and the calls per second
-and cpu/wall of one and of two threads running pure Python, env steps, inference, or an env
-step beside an inference; then one and two processes stepping envs, in this session and each
-in its own (Linux's autogroup scheduling shares the CPUs between sessions first). Two threads
-that run in parallel get about twice the calls of one and about twice the cpu/wall; two that
-take turns (the GIL, or a CPU share that a second thread does not enlarge) get the same total.
+of an inference spent in C calls that release the GIL (cProfile); for one and for two threads
+running pure Python, env steps, inference, or an env step beside an inference: calls per
+second, CPU seconds per wall second, and context switches per second, voluntary (mostly
+waits for the GIL) and involuntary (preemptions); then one and two processes stepping envs, in
+this session and each in its own (Linux's autogroup scheduling shares the CPUs between sessions
+first). Two threads that run in parallel get about twice the calls of one; two that take turns
+get the same total, on the GIL when their voluntary switches are many, on a CPU share that a
+second thread does not enlarge when they are few.
 """
 
 from __future__ import annotations
@@ -128,23 +130,28 @@ def in_c_calls(fn: object, calls: int, names: tuple[str, ...]) -> float:
     return inside / total
 
 
-def threads_rate(fns: list, seconds: float = 3.0) -> tuple[float, list[float]]:
-    """Run each fn in a loop on its own thread for `seconds`; -> (cpu/wall, calls/s per thread)."""
-    stop, counts = time.perf_counter() + seconds, [0] * len(fns)
+def threads_rate(fns: list, seconds: float = 3.0) -> list[tuple[float, float, float, float]]:
+    """Run each fn in a loop on its own thread for `seconds`; -> per thread (calls/s, CPU
+    seconds per wall second, voluntary and involuntary context switches per second). A thread
+    that waits for the GIL blocks (a voluntary switch); one that the scheduler takes the CPU
+    from is preempted (an involuntary one)."""
+    stop, out = time.perf_counter() + seconds, [(0.0, 0.0, 0.0, 0.0)] * len(fns)
 
     def loop(i: int, fn: object) -> None:
+        r0, t, n = resource.getrusage(resource.RUSAGE_THREAD), time.perf_counter(), 0
         while time.perf_counter() < stop:
             fn()
-            counts[i] += 1
+            n += 1
+        r1, wall = resource.getrusage(resource.RUSAGE_THREAD), time.perf_counter() - t
+        cpu = r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
+        out[i] = (n / wall, cpu / wall, (r1.ru_nvcsw - r0.ru_nvcsw) / wall, (r1.ru_nivcsw - r0.ru_nivcsw) / wall)
 
     threads = [threading.Thread(target=loop, args=(i, fn)) for i, fn in enumerate(fns)]
-    t, c = time.perf_counter(), cpu_seconds()
     for th in threads:
         th.start()
     for th in threads:
         th.join()
-    wall = time.perf_counter() - t
-    return (cpu_seconds() - c) / wall, [n / wall for n in counts]
+    return out
 
 
 def _step_process(envs: int, seconds: float, own_session: bool, out: object) -> None:
@@ -207,8 +214,10 @@ def concurrency(envs: int, hidden: int) -> None:
           f"batch step; inference: {in_c_calls(act, 100, ('torch._C', 'torch.tanh')):.0%} in torch ops")
     for name, fns in (("python", [python]), ("python x2", [python, python]), ("env step", [step_a]),
                       ("env step x2", [step_a, step_b]), ("inference", [act]), ("env + inference", [step_a, act])):
-        cw, rates = threads_rate(fns)
-        print(f"{name:<16} cpu/wall {cw:.2f}  calls/s {' + '.join(f'{r:.0f}' for r in rates)}")
+        r = threads_rate(fns)
+        print(f"{name:<16} calls/s {' + '.join(f'{x[0]:.0f}' for x in r):<10} cpu/wall "
+              f"{' + '.join(f'{x[1]:.2f}' for x in r):<12} GIL waits/s {' + '.join(f'{x[2]:.0f}' for x in r):<10} "
+              f"preemptions/s {' + '.join(f'{x[3]:.0f}' for x in r)}")
     for count, own in ((1, False), (2, False), (2, True)):
         rates = processes_rate(envs, count, own)
         where = "own sessions" if own else "this session"
