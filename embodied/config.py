@@ -74,6 +74,9 @@ class PPOConfig:
     desired_kl: float = 0.01  # for the adaptive schedule
     gamma: float = 0.99
     gae_lambda: float = 0.95
+    # bootstrap a time-limit truncation with V(final obs) (the limit is not part of the task);
+    # False: the limit is part of the task (ReachPoint), truncation ends the return like a failure
+    bootstrap_time_limit: bool = True
     clip_low: float = 0.2
     clip_high: float = 0.28
     dual_clip: float | None = 3.0
@@ -182,6 +185,9 @@ def _check_roles(cfg: ExperimentConfig) -> None:
     if place.env.count > cfg.env.num_envs:
         raise ConfigError(f"train.placement.env.count: {place.env.count} env workers for env.num_envs="
                           f"{cfg.env.num_envs}; allowed: at most env.num_envs")
+    if place.address is not None and (cfg.train.backend or "local") == "local":
+        raise ConfigError(f"train.placement.address: {place.address!r} joins a Ray cluster; set train.backend=ray "
+                          f"or leave the address null")
     if place.learner.count > 1 and (cfg.train.backend or "local") == "local":
         raise ConfigError(f"train.placement.learner.count: {place.learner.count} with backend local; allowed: 1 "
                           f"(data-parallel learners run as processes: train.backend=ray)")

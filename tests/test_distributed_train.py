@@ -44,6 +44,7 @@ def assert_same_weights(a: dict, b: dict) -> None:
     (["train.placement={env: {count: 2, num_cpus: 1000}}"], "placement: asks for 2001 CPUs"),
     (["train.placement={rollout: {num_gpus: 1000}}"], "placement: asks for 1000 GPUs"),
     (["train.placement={learner: {count: 2}}"], "train.placement.learner.count: 2 with backend local"),
+    (["train.placement={address: auto}"], "train.placement.address: 'auto' joins a Ray cluster"),
     (["train.backend=ray", "train.placement={address: 'ADDR'}"], "placement.address: cannot reach the Ray head"),
 ])
 def test_bad_roles_config_is_one_line_before_anything_starts(tmp_path, capsys, overrides, needle):
