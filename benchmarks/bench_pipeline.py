@@ -13,8 +13,9 @@ most double the throughput). Modes, all with backend local and the same envs:
 Usage: python benchmarks/bench_pipeline.py [--envs 64] [--steps 32] [--repeats 3] [--concurrency]
 Repeats alternate the modes; the table gives the median of each and the ratios to sync, the
 CPU time this process got per second of wall time while collecting (cpu/wall: on a 2-core
-machine a pipeline can only pay where it is near 2 in pipelined mode), and for the roles the
-driver's per-collect seconds waiting on inference and on env workers.
+machine a pipeline can only pay where it is near 2 in pipelined mode), the CPU time per env
+step (what the pipeline costs, whatever the load), and for the roles the driver's per-collect
+seconds waiting on inference and on env workers.
 
 --concurrency first says why a pipeline can or cannot pay here: the share of an env step and
 of an inference spent in C calls that release the GIL (cProfile); for one and for two threads
@@ -247,14 +248,15 @@ def main() -> None:
         rates["sync"].append(run_roles(roles_cfg, 1))
         rates["pipelined"].append(run_roles(roles_cfg, 2))
     sync = statistics.median(r[0] for r in rates["sync"])
-    print(f"{'mode':<10} {'env steps/s (median)':>21} {'vs sync':>8} {'cpu/wall':>9} {'infer s':>8} "
-          f"{'env wait s':>10}  runs")
+    print(f"{'mode':<10} {'env steps/s (median)':>21} {'vs sync':>8} {'cpu/wall':>9} {'CPU us/step':>12} "
+          f"{'infer s':>8} {'env wait s':>10}  runs")
     for mode, r in rates.items():
         med, cpu = statistics.median(x[0] for x in r), statistics.median(x[1] for x in r)
+        per_step = statistics.median(x[1] / x[0] * 1e6 for x in r)  # CPU time per env step: load-independent
         waits = ("", "") if mode == "train.py" else tuple(
             f"{statistics.median(x[2][k] for x in r):.3f}" for k in ("inference", "env_wait"))
-        print(f"{mode:<10} {med:>21.0f} {med / sync:>7.2f}x {cpu:>9.2f} {waits[0]:>8} {waits[1]:>10}  "
-              f"{', '.join(f'{x[0]:.0f}' for x in r)}")
+        print(f"{mode:<10} {med:>21.0f} {med / sync:>7.2f}x {cpu:>9.2f} {per_step:>12.0f} {waits[0]:>8} "
+              f"{waits[1]:>10}  {', '.join(f'{x[0]:.0f}' for x in r)}")
 
 
 if __name__ == "__main__":
