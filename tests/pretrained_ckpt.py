@@ -248,3 +248,34 @@ def write_lerobot_pi05(path: Path, ref: Pi05Reference, cameras: list[str]) -> Pa
     config.update(type="pi05", tokenizer_max_length=200)
     (path / "config.json").write_text(json.dumps(config, indent=2))
     return path
+
+
+def real_size_keys(pi05: bool = False) -> dict[str, torch.Tensor]:
+    """The tensors (on the meta device: shapes only) of a real-size pi0 / pi0.5 under openpi's
+    names: PaliGemma-3B (SigLIP so400m/14 at 224, Gemma-2B, 257152 tokens) from transformers'
+    own classes with openpi's Gemma variants, the Gemma-300M expert, the projections."""
+    gemma_2b = dict(hidden_size=2048, intermediate_size=16384, num_hidden_layers=18, num_attention_heads=8,
+                    num_key_value_heads=1, head_dim=256, hidden_activation="gelu_pytorch_tanh", vocab_size=257152)
+    gemma_300m = {**gemma_2b, "hidden_size": 1024, "intermediate_size": 4096}
+    with torch.device("meta"):
+        pg = PaliGemmaForConditionalGeneration(PaliGemmaConfig(
+            vision_config=dict(model_type="siglip_vision_model", hidden_size=1152, intermediate_size=4304,
+                               num_hidden_layers=27, num_attention_heads=16, image_size=224, patch_size=14,
+                               vision_use_head=False, projection_dim=2048),
+            text_config=dict(model_type="gemma", **gemma_2b), image_token_id=257152, projection_dim=2048))
+        expert = GemmaForCausalLM(GemmaConfig(**gemma_300m))
+        expert.model.embed_tokens = None
+        heads = {"action_in_proj": nn.Linear(32, 1024), "action_out_proj": nn.Linear(1024, 32)}
+        if pi05:
+            for layer in expert.model.layers:
+                layer.input_layernorm, layer.post_attention_layernorm = AdaNorm(1024), AdaNorm(1024)
+            expert.model.norm = AdaNorm(1024)
+            heads.update(time_mlp_in=nn.Linear(1024, 1024), time_mlp_out=nn.Linear(1024, 1024))
+        else:
+            heads.update(state_proj=nn.Linear(32, 1024), action_time_mlp_in=nn.Linear(2048, 1024),
+                         action_time_mlp_out=nn.Linear(1024, 1024))
+    out = {f"paligemma_with_expert.paligemma.{k}": v for k, v in pg.state_dict().items()}
+    out.update({f"paligemma_with_expert.gemma_expert.{k}": v for k, v in expert.state_dict().items()})
+    for name, module in heads.items():
+        out.update({f"{name}.{k}": v for k, v in module.state_dict().items()})
+    return out

@@ -31,3 +31,27 @@ def test_pi0_presets_match_the_loaders_variants():
     w, e = GEMMA["gemma_2b"]["width"], GEMMA["gemma_300m"]
     assert counts["prefix.lm"] > 257152 * w and counts["expert"] > e["depth"] * 3 * e["width"] * e["mlp_dim"]
     assert torch.get_default_device().type == "cpu"  # the meta device did not leak
+
+
+def test_real_size_key_layouts_map_strictly_onto_the_presets():
+    """Every tensor of a real-size pi0 / pi0.5 (built by transformers on the meta device: names
+    and shapes, no memory) has its place in our model and every parameter is filled."""
+    from pretrained_ckpt import real_size_keys
+    from policies.vla.pretrained.pi0 import architecture, canonical, place
+
+    for pi05, preset in ((False, "pi0"), (True, "pi05")):
+        tensors = real_size_keys(pi05)
+        del tensors["paligemma_with_expert.paligemma.model.language_model.embed_tokens.weight"]  # tied: LeRobot's file keeps lm_head
+        shapes = {k: tuple(v.shape) for k, v in tensors.items()}
+        arch = architecture({canonical(k): v for k, v in shapes.items()}, {"paligemma_variant": "gemma_2b",
+                            "action_expert_variant": "gemma_300m"}, 32)
+        assert arch["pi05"] == pi05 and arch["vision"]["num_attention_heads"] == 16 and arch["vocab"] == 257152
+        cfg = PRESETS[preset]()
+        with torch.device("meta"):
+            policy = FlowVLA(cfg)
+        source = type("Source", (dict,), {"shapes": shapes})(tensors)  # as files.LazyTensors, on meta tensors
+        report = place(policy, source, preset)
+        assert report.filled == len(tensors) - 1 and list(report.consumed) == [
+            "paligemma_with_expert.gemma_expert.lm_head.weight"]
+        fresh = {k.split(".")[0] for k in report.fresh}
+        assert fresh <= {"noise_head", "state_stats", "action_stats"}, fresh
