@@ -1,0 +1,79 @@
+"""Replay buffers of transitions and the 50/50 online/demo batch (RLPD's symmetric sampling).
+
+A transition: obs [D], action [A], reward, next_obs [D], terminated (no bootstrap), and the
+actor's bookkeeping: intervened (the operator's action was executed), version (the weight
+version the actor acted with), episode, step. Intervened transitions go into both buffers
+(HIL-SERL). The buffers hold everything they are given (the runs here are short; a bound
+would be a ring)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "intervened", "version")
+
+
+class Replay:
+    def __init__(self) -> None:
+        self.rows: dict[str, list[torch.Tensor]] = {k: [] for k in FIELDS}
+        self._cat: dict[str, torch.Tensor] | None = None
+
+    def __len__(self) -> int:
+        return len(self.rows["reward"])
+
+    def add(self, t: dict[str, Any]) -> None:
+        for k in FIELDS:
+            self.rows[k].append(torch.as_tensor(t[k], dtype=torch.float32))
+        self._cat = None
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        if self._cat is None:
+            self._cat = {k: torch.stack(v) for k, v in self.rows.items()}
+        return self._cat
+
+    def sample(self, n: int, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+        """n transitions drawn uniformly with replacement."""
+        data = self.tensors()
+        idx = torch.randint(len(self), (n,), generator=generator)
+        return {k: v[idx] for k, v in data.items()}
+
+
+def mixed_batch(online: Replay, demo: Replay, n: int, demo_fraction: float,
+                generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+    """n transitions: round(n * demo_fraction) from demo, the rest from online (all from the one
+    that is not empty when the other is); "demo" [n] is 1 for the rows drawn from demo."""
+    k = round(n * demo_fraction) if len(online) and len(demo) else (n if len(demo) else 0)
+    parts = [(b.sample(m, generator), flag) for b, m, flag in ((demo, k, 1.0), (online, n - k, 0.0)) if m > 0]
+    out = {f: torch.cat([p[f] for p, _ in parts]) for f in FIELDS}
+    out["demo"] = torch.cat([torch.full((len(p["reward"]),), flag) for p, flag in parts])
+    return out
+
+
+def episode_transitions(obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, success: torch.Tensor,
+                        intervened: torch.Tensor | None = None, version: torch.Tensor | None = None,
+                        final_obs: torch.Tensor | None = None) -> list[dict[str, torch.Tensor]]:
+    """The transitions of one recorded episode: obs [L, D] (the observations acted from),
+    action [L, A], reward [L], success [L] (the step that succeeded terminates). The last
+    transition needs final_obs [D] unless it terminated; without it, a truncated episode's last
+    step is left out (nothing to bootstrap from)."""
+    L = len(action)
+    out = []
+    for i in range(L):
+        terminated = bool(success[i])
+        if i + 1 < L:
+            nxt = obs[i + 1]
+        elif terminated:
+            nxt = obs[i]  # not used: terminated transitions do not bootstrap
+        elif final_obs is not None:
+            nxt = final_obs
+        else:
+            continue
+        out.append({"obs": obs[i], "action": action[i], "reward": reward[i], "next_obs": nxt,
+                    "terminated": float(terminated),
+                    "intervened": float(intervened[i]) if intervened is not None else 0.0,
+                    "version": float(version[i]) if version is not None else -1.0})
+        if terminated:
+            break
+    return out

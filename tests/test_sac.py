@@ -1,0 +1,151 @@
+"""SAC math (embodied/algorithms/sac.py) against hand-computed numbers, the agent's update,
+and the replay's 50/50 batches."""
+
+import math
+
+import pytest
+import torch
+
+from embodied.algorithms import sac
+from embodied.robot_rl.agent import SACAgent, SACConfig
+from embodied.robot_rl.replay import Replay, episode_transitions, mixed_batch
+
+
+def test_tanh_log_prob_at_zero_by_hand():
+    # u = mean = 0, std = 1: each dim log N(0; 0, 1) = -0.5 log(2 pi), log(1 - tanh(0)^2) = 0
+    lp = sac.tanh_log_prob(torch.zeros(1, 3), torch.zeros(1, 3), torch.zeros(1, 3))
+    torch.testing.assert_close(lp, torch.tensor([-1.5 * math.log(2 * math.pi)]))
+
+
+def test_tanh_log_prob_matches_torch_transformed_distribution():
+    g = torch.Generator().manual_seed(0)
+    mean, log_std = torch.randn(5, 2, generator=g), 0.3 * torch.randn(5, 2, generator=g)
+    u = mean + log_std.exp() * torch.randn(5, 2, generator=g)
+    d = torch.distributions.TransformedDistribution(torch.distributions.Normal(mean, log_std.exp()),
+                                                    [torch.distributions.TanhTransform()])
+    torch.testing.assert_close(sac.tanh_log_prob(u, mean, log_std), d.log_prob(torch.tanh(u)).sum(-1),
+                               rtol=1e-4, atol=1e-4)
+
+
+R, TERM = torch.tensor([1.0, 0.0]), torch.tensor([1.0, 0.0])
+NEXT_Q = torch.tensor([[2.0, 3.0], [1.0, 5.0]])  # [E=2, N=2]
+NEXT_LOGP = torch.tensor([-1.0, 2.0])
+
+
+def test_critic_target_min_over_ensemble_and_terminal_mask():
+    # min_e = [1, 3]; y0 = 1 (terminated), y1 = 0 + 0.9 * 3
+    y = sac.critic_target(R, TERM, NEXT_Q, NEXT_LOGP, gamma=0.9, alpha=0.1)
+    torch.testing.assert_close(y, torch.tensor([1.0, 2.7]))
+
+
+def test_critic_target_entropy_backup():
+    # v1 = 3 - 0.1 * 2 = 2.8 -> y1 = 0.9 * 2.8 = 2.52; y0 stays 1 (terminated)
+    y = sac.critic_target(R, TERM, NEXT_Q, NEXT_LOGP, gamma=0.9, alpha=0.1, backup_entropy=True)
+    torch.testing.assert_close(y, torch.tensor([1.0, 2.52]))
+
+
+def test_critic_target_subsample_takes_min_of_a_random_subset():
+    q = torch.tensor([[1.0], [2.0], [3.0], [4.0]])
+    ys = {sac.critic_target(torch.zeros(1), torch.zeros(1), q, torch.zeros(1), 1.0, 0.0, subsample=1,
+                            generator=torch.Generator().manual_seed(s)).item() for s in range(40)}
+    assert ys == {1.0, 2.0, 3.0, 4.0}  # one critic at a time: every member is drawn
+    assert sac.critic_target(torch.zeros(1), torch.zeros(1), q, torch.zeros(1), 1.0, 0.0, subsample=4).item() == 1.0
+
+
+def test_critic_loss_sums_each_critics_mse():
+    q = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    # critic 0: (0 + 1) / 2 = 0.5; critic 1: (4 + 9) / 2 = 6.5
+    assert sac.critic_loss(q, torch.tensor([1.0, 1.0])).item() == pytest.approx(7.0)
+    # weights [1, 0]: only the first transition: 0 + 4
+    assert sac.critic_loss(q, torch.tensor([1.0, 1.0]), torch.tensor([1.0, 0.0])).item() == pytest.approx(4.0)
+
+
+def test_actor_loss_by_hand():
+    # mean_e Q = [2, 4]; alpha * logp = [-0.5, 0.5]; mean of [-2.5, -3.5] = -3
+    q_pi = torch.tensor([[1.0, 3.0], [3.0, 5.0]])
+    assert sac.actor_loss(q_pi, torch.tensor([-1.0, 1.0]), 0.5).item() == pytest.approx(-3.0)
+
+
+def test_temperature_rises_when_entropy_is_below_target_and_falls_above():
+    for logp, direction in ((torch.tensor([3.0, 5.0]), 1), (torch.tensor([-6.0, -8.0]), -1)):
+        log_alpha = torch.tensor(math.log(0.01), requires_grad=True)
+        loss = sac.temperature_loss(log_alpha, logp, target_entropy=-2.0)
+        loss.backward()
+        # d loss / d log_alpha = -(mean logp + target): logp [3, 5] (entropy -4 < -2) gives -2, so a
+        # descent step raises alpha; logp [-6, -8] (entropy 7 > -2) gives +9 and lowers it
+        assert log_alpha.grad.item() == pytest.approx(-(logp.mean().item() - 2.0))
+        assert -direction * log_alpha.grad.item() > 0  # gradient descent moves alpha in `direction`
+
+
+def test_bc_loss_only_on_masked_rows():
+    mean_a = torch.tensor([[0.0, 0.0], [1.0, 1.0]])
+    a = torch.tensor([[1.0, 1.0], [0.0, 0.0]])
+    assert sac.bc_loss(mean_a, a, torch.tensor([1.0, 0.0])).item() == pytest.approx(2.0)
+    assert sac.bc_loss(mean_a, a, torch.zeros(2)).item() == 0.0
+
+
+def test_polyak():
+    src, tgt = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
+    before = tgt.weight.detach().clone()
+    sac.polyak(tgt, src, 0.25)
+    torch.testing.assert_close(tgt.weight, 0.75 * before + 0.25 * src.weight)
+
+
+def _bandit(n: int, reward: float) -> Replay:
+    """One-step episodes from a fixed state: reward, then terminated."""
+    r = Replay()
+    for i in range(n):
+        r.add({"obs": torch.ones(3), "action": torch.full((2,), 0.5 - i / n), "reward": reward,
+               "next_obs": torch.ones(3), "terminated": 1.0, "intervened": 0.0, "version": 0.0})
+    return r
+
+
+def test_agent_critic_regresses_onto_terminal_rewards_and_actor_waits_for_warmup():
+    agent = SACAgent(3, 2, SACConfig(hidden=(32, 32), batch_size=32, lr=3e-3))
+    online, demo = _bandit(16, 1.0), _bandit(16, 1.0)
+    actor_before = [p.detach().clone() for p in agent.actor.parameters()]
+    for _ in range(300):
+        agent.update([mixed_batch(online, demo, 32, 0.5) for _ in range(2)], actor=False)
+    assert all(torch.equal(a, b) for a, b in zip(actor_before, agent.actor.parameters()))
+    q = agent.critic(torch.ones(4, 3), torch.zeros(4, 2))
+    assert q.shape == (2, 4)
+    torch.testing.assert_close(q, torch.ones(2, 4), atol=0.05, rtol=0)  # y = r for terminated rows
+    stats = agent.update([mixed_batch(online, demo, 32, 0.5)], actor=True)
+    assert {"critic_loss", "actor_loss", "entropy", "alpha"} <= set(stats)
+    assert stats["alpha"] == pytest.approx(0.01, rel=0.01)  # SACConfig.init_temperature
+
+
+def test_agent_state_dict_roundtrip():
+    a, b = SACAgent(3, 2, SACConfig(hidden=(8,))), SACAgent(3, 2, SACConfig(hidden=(8,)))
+    a.update([mixed_batch(_bandit(4, 1.0), Replay(), 4, 0.5)])
+    b.load_state_dict(a.state_dict())
+    x, act = torch.randn(5, 3), torch.rand(5, 2) * 2 - 1
+    torch.testing.assert_close(a.critic(x, act), b.critic(x, act))
+    assert b.updates == 1 and b.alpha.item() == pytest.approx(a.alpha.item())
+
+
+def test_mixed_batch_is_half_demo():
+    online, demo = _bandit(10, 0.0), _bandit(10, 1.0)
+    b = mixed_batch(online, demo, 256, 0.5)
+    assert b["demo"].sum().item() == 128 and b["reward"].sum().item() == 128  # demo rows have reward 1
+    only = mixed_batch(Replay(), demo, 8, 0.5)
+    assert only["demo"].sum().item() == 8
+
+
+def test_episode_transitions_terminal_and_truncated():
+    obs = torch.arange(3.0).reshape(3, 1)
+    act = torch.zeros(3, 1)
+    ok = episode_transitions(obs, act, torch.tensor([0.0, 0.0, 1.0]), torch.tensor([False, False, True]))
+    assert [t["terminated"] for t in ok] == [0.0, 0.0, 1.0]
+    assert [t["next_obs"].item() for t in ok[:2]] == [1.0, 2.0]
+    cut = episode_transitions(obs, act, torch.zeros(3), torch.zeros(3, dtype=torch.bool))
+    assert len(cut) == 2  # no final observation: the last step has nothing to bootstrap from
+    full = episode_transitions(obs, act, torch.zeros(3), torch.zeros(3, dtype=torch.bool), final_obs=torch.tensor([9.0]))
+    assert len(full) == 3 and full[-1]["next_obs"].item() == 9.0
+
+
+def test_config_errors_are_one_line():
+    with pytest.raises(ValueError, match=r"^sac\.gamma: must be in \[0, 1\], got 1.5$"):
+        SACConfig(gamma=1.5)
+    with pytest.raises(ValueError, match=r"^sac\.subsample"):
+        SACConfig(ensemble=2, subsample=3)
