@@ -22,9 +22,10 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 # Formats our architectures cannot hold exactly, and what differs (docs/vla.md).
 NOT_EXPRESSIBLE = {
-    "lerobot_smolvla": "SmolVLA's expert interleaves cross-attention layers whose key/value projections re-project the "
-                       "VLM's keys, over the first layers of a SmolVLM2 backbone (pixel-shuffle connector); FlowVLA's "
-                       "expert reads every LM layer's cache directly behind a SigLIP tower and a linear projector",
+    "lerobot_smolvla": "SmolVLA's odd expert layers cross-attend to the VLM layer's keys / values re-projected by the "
+                       "expert's own k_proj / v_proj (queries with rotary positions from 0, no self keys), its images "
+                       "pass a pixel-shuffle connector, image and text embeddings are scaled by sqrt(width) and the "
+                       "state is a prefix token; FlowVLA's expert reads every LM layer's cache directly",
     "openvla_oft": "OpenVLA-OFT fuses DINOv2 and SigLIP towers behind a 3-layer MLP projector and regresses actions "
                    "with an MLP head (L1) over parallel-decoded positions; ARVLA has one SigLIP tower, a linear "
                    "projector and token-bin actions",
