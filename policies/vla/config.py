@@ -56,6 +56,8 @@ class VLAConfig:
     # spaces, {state} the normalised padded state in 256 bins over [-1, 1] (pi0.5); pi0: "{task}\n"
     prompt_template: str = "{task}"
     prefix_attention: str = "causal"  # "causal" or "bidirectional" (pi0's prefix: every real token sees every other)
+    pixel_shuffle: int = 0  # > 0: SmolVLM's connector (s x s patches per token, bias-free Linear) as the projector
+    embed_scale: bool = False  # image and text embeddings times sqrt(LM width) (SmolVLA)
     lora_rank: int = 0  # > 0: rank-r adapters on the prefix's attention projections, the rest of it frozen
     lora_alpha: float = 0.0  # adapter scale alpha / r; 0 = alpha equal to the rank
 
@@ -97,7 +99,8 @@ class FlowVLAConfig(VLAConfig):
     noise_std_min: float = 0.08  # Flow-Noise: bounds of the learned per-step std (pi_RL)
     noise_std_max: float = 0.16
     sde_noise_level: float = 0.5  # Flow-SDE: a in g_t = a * sqrt(t / (1 - t))
-    expert_arch: str = "toolkit"  # "toolkit" or "gemma" (pi0's expert; policies/vla/expert.py)
+    expert_arch: str = "toolkit"  # "toolkit", "gemma" (pi0), "gemma_ada" (pi0.5) or "smolvla" (policies/vla/expert*.py)
+    state_in_prefix: bool = False  # the state as a prefix token after the instruction (SmolVLA), not an expert token
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -14,7 +14,7 @@ Two layouts (`arch`):
              position P, action k at P + 1 + k; the LM's rope_theta), no learned positions,
              and the state token blind to the action tokens (pi0's block mask: prefix | state
              | actions, each block seeing itself and the blocks before it).
-pi0.5's expert ("gemma_ada") is policies/vla/expert_ada.py.
+pi0.5's expert ("gemma_ada") is policies/vla/expert_ada.py, SmolVLA's ("smolvla") expert_smol.py.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def sinusoidal_time(t: torch.Tensor, dim: int, min_period: float, max_period: fl
     return torch.cat([torch.sin(angle), torch.cos(angle)], dim=-1)
 
 
-ARCHS = ("toolkit", "gemma", "gemma_ada")  # gemma_ada: pi0.5 (policies/vla/expert_ada.py)
+ARCHS = ("toolkit", "gemma", "gemma_ada", "smolvla")  # gemma_ada: pi0.5 (expert_ada.py); smolvla: expert_smol.py
 
 
 class OffsetRMSNorm(nn.Module):

@@ -29,6 +29,7 @@ from policies.vla.common import VLAPolicy
 from policies.vla.config import FlowVLAConfig
 from policies.vla.expert import ActionExpert
 from policies.vla.expert_ada import AdaActionExpert
+from policies.vla.expert_smol import SmolActionExpert
 from policies.vla.exploration import NoiseHead, gaussian_entropy, gaussian_log_density, sde_step
 from policies.vla.prefix import Prefix, masked_mean
 
@@ -55,7 +56,14 @@ class FlowVLA(VLAPolicy):
         heads = int(lm.num_attention_heads)
         head_dim = int(getattr(lm, "head_dim", None) or lm.hidden_size // heads)
         kv_heads = int(getattr(lm, "num_key_value_heads", None) or heads)
-        if config.expert_arch == "gemma_ada":  # pi0.5: adaptive-RMSNorm time conditioning, state as text
+        if config.expert_arch == "smolvla":  # SmolVLA: self- and cross-attention layers, state in the prefix
+            self.expert = SmolActionExpert(
+                layers=int(lm.num_hidden_layers), hidden=config.expert_hidden,
+                intermediate=config.expert_intermediate, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                prefix_kv_width=kv_heads * head_dim, action_width=config.max_action_dim,
+                min_period=config.time_min_period, max_period=config.time_max_period, rope_theta=_rope_theta(lm),
+                eps=float(getattr(lm, "rms_norm_eps", 1e-6)))
+        elif config.expert_arch == "gemma_ada":  # pi0.5: adaptive-RMSNorm time conditioning, state as text
             self.expert = AdaActionExpert(
                 layers=int(lm.num_hidden_layers), hidden=config.expert_hidden,
                 intermediate=config.expert_intermediate, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
@@ -68,16 +76,21 @@ class FlowVLA(VLAPolicy):
                 state_width=config.max_state_dim, action_width=config.max_action_dim,
                 chunk=config.chunk_size, min_period=config.time_min_period, max_period=config.time_max_period,
                 arch=config.expert_arch, rope_theta=_rope_theta(lm))
+        if config.state_in_prefix:  # the state as one prefix token after the instruction (SmolVLA)
+            self.state_proj = torch.nn.Linear(config.max_state_dim, self.prefix.width)
         self.noise_head = NoiseHead(config.expert_hidden, config.max_action_dim)
         self._beta = torch.distributions.Beta(torch.tensor(1.5, device="cpu"), torch.tensor(1.0, device="cpu"))
 
     # -- pieces ------------------------------------------------------------------
     def encode(self, obs: dict[str, Any]) -> tuple[Prefix, torch.Tensor]:
         """One prefix forward: (Prefix with its KV cache, padded state [B, S_pad])."""
-        B = obs["state"].shape[0]
-        ids, mask = self.text(obs, B)
-        prefix, _ = self.prefix(obs, ids, mask)
-        return prefix, self.padded_state(obs)
+        state = self.padded_state(obs)
+        return self._prefix(obs, state), state
+
+    def _prefix(self, obs: dict[str, Any], state: torch.Tensor) -> Prefix:
+        ids, mask = self.text(obs, state.shape[0])
+        extra = self.state_proj(state.to(self.state_proj.weight.dtype))[:, None] if self.config.state_in_prefix else None
+        return self.prefix(obs, ids, mask, extra)[0]
 
     def velocity(self, prefix: Prefix, state: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """One expert forward over the cached prefix: u [B, K, A_pad]."""
@@ -243,7 +256,5 @@ class FlowVLA(VLAPolicy):
             raise NotImplementedError("FlowVLA was built with critic=False")
         if self.config.critic_obs == "privileged":
             return self.value_from(None, obs)
-        B = obs["state"].shape[0]
-        ids, mask = self.text(obs, B)
-        prefix, _ = self.prefix(obs, ids, mask)
+        prefix = self._prefix(obs, self.padded_state(obs))
         return self.value_from(masked_mean(prefix.hidden, prefix.mask), obs)

@@ -11,6 +11,7 @@ Pads are masked out of attention; position ids count real tokens only, so the ma
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -108,7 +109,9 @@ class VisionLanguagePrefix(nn.Module):
         self.cfg = cfg
         self.vision, self.lm = vision, lm
         self.image_size = int(vision.config.image_size)
-        self.projector = nn.Linear(vision.config.hidden_size, self.width)
+        shuffle = cfg.pixel_shuffle  # SmolVLM's connector: s x s patches -> one token, bias-free Linear
+        self.projector = (nn.Linear(vision.config.hidden_size * shuffle ** 2, self.width, bias=False) if shuffle
+                          else nn.Linear(vision.config.hidden_size, self.width))
         self.marker = nn.Parameter(torch.zeros(self.width)) if marker else None
 
     @property
@@ -134,8 +137,10 @@ class VisionLanguagePrefix(nn.Module):
                 img = F.interpolate(img, size=(self.image_size, self.image_size), mode="bilinear",
                                     align_corners=False)
             pixels = (img - 0.5) / 0.5  # SigLIP normalisation: mean 0.5, std 0.5
-            tokens.append(self.vision(pixel_values=pixels.to(self.projector.weight.dtype)).last_hidden_state)
-        return self.projector(torch.cat(tokens, dim=1))
+            feats = self.vision(pixel_values=pixels.to(self.projector.weight.dtype)).last_hidden_state
+            tokens.append(pixel_shuffle(feats, self.cfg.pixel_shuffle) if self.cfg.pixel_shuffle else feats)
+        out = self.projector(torch.cat(tokens, dim=1))
+        return out * out.shape[-1] ** 0.5 if self.cfg.embed_scale else out
 
     def embed(self, obs: dict[str, Any], ids: torch.Tensor, text_mask: torch.Tensor,
               extra: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -143,6 +148,8 @@ class VisionLanguagePrefix(nn.Module):
         extra: optional tokens float [B, E, D] placed after the instruction."""
         img = self.image_tokens(obs)
         txt = self.lm.get_input_embeddings()(ids.to(img.device))
+        if self.cfg.embed_scale:  # SmolVLA scales its (Llama) text embeddings as Gemma does
+            txt = txt * math.sqrt(txt.shape[-1])
         parts, masks = [img, txt], [torch.ones(img.shape[:2], dtype=torch.bool, device=img.device),
                                     text_mask.to(img.device)]
         if extra is not None:
@@ -154,7 +161,8 @@ class VisionLanguagePrefix(nn.Module):
         return torch.cat(parts, dim=1), torch.cat(masks, dim=1)
 
     def run(self, embeds: torch.Tensor, mask: torch.Tensor, past: Any = None,
-            past_mask: torch.Tensor | None = None, start: torch.Tensor | None = None) -> tuple[torch.Tensor, Any]:
+            past_mask: torch.Tensor | None = None, start: torch.Tensor | None = None,
+            blocks: torch.Tensor | None = None) -> tuple[torch.Tensor, Any]:
         """LM over `embeds` [B, T, D] (after an optional cache of `past_mask` [B, T0] tokens).
 
         start: int64 [B] position id of the first new token (0 without a cache).
@@ -165,17 +173,37 @@ class VisionLanguagePrefix(nn.Module):
         positions = offset[:, None] + (mask.long().cumsum(1) - 1).clamp(min=0)
         att: torch.Tensor = full_mask.long()
         if self.cfg.prefix_attention == "bidirectional" and past is None:
-            # every token sees every real token (pads see them too, so no row is empty)
+            # every token sees every real token of its block and of the blocks before it (blocks:
+            # int [T], all 0 unless given); pads see them too, so no row is empty
             att = full_mask[:, None, None, :].expand(-1, 1, mask.shape[1], -1)
+            if blocks is not None:
+                att = att & (blocks[None, :] <= blocks[:, None]).to(att.device)[None, None]
         out = self.base(inputs_embeds=embeds, attention_mask=att, position_ids=positions,
                         past_key_values=past, use_cache=True)
         return out.last_hidden_state, out.past_key_values
 
-    def forward(self, obs: dict[str, Any], ids: torch.Tensor, text_mask: torch.Tensor) -> tuple[Prefix, Any]:
-        embeds, mask = self.embed(obs, ids, text_mask)
-        hidden, cache = self.run(embeds, mask)
+    def forward(self, obs: dict[str, Any], ids: torch.Tensor, text_mask: torch.Tensor,
+                extra: torch.Tensor | None = None) -> tuple[Prefix, Any]:
+        """extra: tokens [B, E, D] after the instruction (SmolVLA's state), in an attention block
+        of their own that the tokens before them do not see."""
+        embeds, mask = self.embed(obs, ids, text_mask, extra)
+        blocks = None
+        if extra is not None:
+            blocks = torch.zeros(mask.shape[1], dtype=torch.long, device=mask.device)
+            blocks[-extra.shape[1]:] = 1
+        hidden, cache = self.run(embeds, mask, blocks=blocks)
         kv = [(layer.keys, layer.values) for layer in cache.layers]
         return Prefix(hidden, mask, kv, mask.long().sum(1)), cache
+
+
+def pixel_shuffle(x: torch.Tensor, s: int) -> torch.Tensor:
+    """SmolVLM's connector rearrangement: patch tokens [B, N, C] on a square grid -> [B, N / s^2,
+    C s^2], each output token the s x s block of patches (channels ordered as SmolVLM's)."""
+    B, N, C = x.shape
+    side = int(round(N ** 0.5))
+    x = x.reshape(B, side, side // s, C * s).permute(0, 2, 1, 3)
+    x = x.reshape(B, side // s, side // s, C * s * s).permute(0, 2, 1, 3)
+    return x.reshape(B, N // (s * s), C * s * s)
 
 
 def masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -22,10 +22,6 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 # Formats our architectures cannot hold exactly, and what differs (docs/vla.md).
 NOT_EXPRESSIBLE = {
-    "lerobot_smolvla": "SmolVLA's odd expert layers cross-attend to the VLM layer's keys / values re-projected by the "
-                       "expert's own k_proj / v_proj (queries with rotary positions from 0, no self keys), its images "
-                       "pass a pixel-shuffle connector, image and text embeddings are scaled by sqrt(width) and the "
-                       "state is a prefix token; FlowVLA's expert reads every LM layer's cache directly",
     "openvla_oft": "OpenVLA-OFT fuses DINOv2 and SigLIP towers behind a 3-layer MLP projector and regresses actions "
                    "with an MLP head (L1) over parallel-decoded positions; ARVLA has one SigLIP tower, a linear "
                    "projector and token-bin actions",
@@ -37,7 +33,8 @@ def load_pretrained(path: str | Path, input_map: str | Path | InputMap | dict[st
     """A released checkpoint directory -> a FlowVLA holding exactly its weights.
 
     input_map: a configs/input_maps/*.yaml path (or its fields); tokenizer: a local Hugging
-    Face tokenizer directory (pi0's PaliGemma tokenizer is not in its checkpoints);
+    Face tokenizer directory (pi0's PaliGemma tokenizer is not in its checkpoints; for SmolVLA
+    the SmolVLM2 directory, whose config.json gives the VLM's sizes);
     format: "auto" (detect.py) or one of FORMATS; dtype: "float32" or "bfloat16" for the
     backbone and the expert (normalisation, critic and noise head stay float32).
     The load report (strict.LoadReport) is at policy.load_report.
@@ -54,7 +51,11 @@ def load_pretrained(path: str | Path, input_map: str | Path | InputMap | dict[st
         raise PretrainedError(f"dtype: {dtype!r} is not allowed; choose {' or '.join(DTYPES)}")
     imap = input_map if isinstance(input_map, InputMap) else (
         InputMap.from_dict(input_map) if isinstance(input_map, dict) else InputMap.load(input_map))
-    loader = pi0.load_lerobot if fmt in ("lerobot_pi0", "lerobot_pi05") else pi0.load_openpi
+    from policies.vla.pretrained import smolvla
+
+    loaders = {"lerobot_pi0": pi0.load_lerobot, "lerobot_pi05": pi0.load_lerobot, "openpi": pi0.load_openpi,
+               "lerobot_smolvla": smolvla.load_lerobot}
+    loader = loaders[fmt]
     policy, report = loader(path, imap, tokenizer)
     if dtype != "float32":
         policy.prefix.to(DTYPES[dtype])

@@ -187,15 +187,15 @@ def place(policy: FlowVLA, tensors: LazyTensors, where: str) -> LoadReport:
     return fill(policy, tensors, tensors.shapes, origin, consumed, FRESH, where)
 
 
-def _policy(cfg: FlowVLAConfig, tokenizer: str | Path, arch: dict[str, Any], where: str) -> FlowVLA:
+def make_policy(cfg: FlowVLAConfig, tokenizer: str | Path, vocab: int, where: str, whose: str = "PaliGemma's") -> FlowVLA:
+    """The FlowVLA for `cfg` with the local Hugging Face tokenizer (at most `vocab` tokens)."""
     tok = Path(tokenizer)
     if not (tok / "tokenizer.json").is_file() or not (tok / "tokenizer_config.json").is_file():
         raise PretrainedError(f"tokenizer: {tok} is not a local Hugging Face tokenizer directory (tokenizer.json + "
-                              "tokenizer_config.json); pi0 uses PaliGemma's, which its checkpoints do not ship")
+                              f"tokenizer_config.json); the checkpoint uses {whose}, which it does not ship")
     policy = FlowVLA(cfg, _source_dir=tok)
-    if policy.text_vocab > arch["vocab"]:
-        raise PretrainedError(f"{where}: the tokenizer has {policy.text_vocab} tokens, the checkpoint's embeddings "
-                              f"{arch['vocab']}")
+    if policy.text_vocab > vocab:
+        raise PretrainedError(f"{where}: the tokenizer has {policy.text_vocab} tokens, the checkpoint's embeddings {vocab}")
     return policy
 
 
@@ -225,7 +225,7 @@ def load_lerobot(path: Path, imap: InputMap, tokenizer: str | Path) -> tuple[Flo
                       time_min_period=float(config.get("min_period", 4e-3)),
                       time_max_period=float(config.get("max_period", 4.0)))
     state, action = norm.lerobot(path, config)
-    policy = _policy(cfg, tokenizer, arch, str(path))
+    policy = make_policy(cfg, tokenizer, arch["vocab"], str(path))
     report = place(policy, tensors, str(path / "model.safetensors"))
     norm.apply(policy, state, action)
     return policy, report
@@ -246,7 +246,7 @@ def load_openpi(path: Path, imap: InputMap, tokenizer: str | Path) -> tuple[Flow
                               f"{action.centre.numel()} action dims")
     cfg = flow_config(arch, imap, imap.env_cameras(OPENPI_CAMERAS, all_required=False), state.centre.numel(),
                       num_steps=imap.num_steps or 10, max_text_len=200 if arch["pi05"] else 48)
-    policy = _policy(cfg, tokenizer, arch, str(path))
+    policy = make_policy(cfg, tokenizer, arch["vocab"], str(path))
     report = place(policy, tensors, str(path / "model.safetensors"))
     norm.apply(policy, state, action)
     return policy, report
