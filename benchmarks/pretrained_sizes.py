@@ -55,7 +55,8 @@ def main() -> None:
         lm = cfg.lm
         # the AR policy's actions are LM tokens: freezing its backbone leaves nothing to train
         frozen = "n/a" if rest == 0 else f"{(2 * prefix + 16 * rest) / GB:.1f} GiB"
-        tokens = len(cfg.cameras) * (cfg.vision["image_size"] // cfg.vision["patch_size"]) ** 2 + cfg.max_text_len
+        patches = (cfg.vision["image_size"] // cfg.vision["patch_size"]) ** 2 // max(cfg.pixel_shuffle, 1) ** 2
+        tokens = len(cfg.cameras) * patches + cfg.max_text_len + int(getattr(cfg, "state_in_prefix", False))
         kv = lm["num_hidden_layers"] * 2 * lm["num_key_value_heads"] * lm.get(
             "head_dim", lm["hidden_size"] // lm["num_attention_heads"]) * tokens * 2
         print(f"| {name} | {c['total'] / 1e9:.3f} B | {c['prefix.vision'] / 1e6:.0f} M | {c['prefix.lm'] / 1e6:.0f} M "

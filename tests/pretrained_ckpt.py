@@ -404,3 +404,31 @@ def write_lerobot_smolvla(path: Path, ref: SmolVLAReference, cameras: list[str],
     ref.vlm_config.save_pretrained(str(vlm_dir))
     write_tokenizer(vlm_dir)
     return path
+
+
+def real_size_smolvla_keys() -> dict[str, torch.Tensor]:
+    """A real-size SmolVLA's tensors on the meta device (shapes only), under LeRobot's names:
+    SmolVLM2-500M (SigLIP-B/16 at 512, scale-4 connector, SmolLM2-360M cut to 16 layers) and
+    the 720-wide expert whose odd layers' k / v read the VLM's 5 x 64 keys / values."""
+    from transformers import LlamaConfig, LlamaModel, SmolVLMConfig, SmolVLMForConditionalGeneration
+
+    text = dict(vocab_size=49280, hidden_size=960, intermediate_size=2560, num_hidden_layers=16, num_attention_heads=15,
+                num_key_value_heads=5, head_dim=64, rms_norm_eps=1e-5)
+    with torch.device("meta"):
+        vlm = SmolVLMForConditionalGeneration(SmolVLMConfig(
+            vision_config=dict(model_type="smolvlm_vision", hidden_size=768, intermediate_size=3072,
+                               num_hidden_layers=12, num_attention_heads=12, image_size=512, patch_size=16),
+            text_config=dict(model_type="llama", **text), scale_factor=4, image_token_id=49279))
+        expert = LlamaModel(LlamaConfig(**{**text, "hidden_size": 720, "intermediate_size": 2048}))
+        expert.embed_tokens = None
+        for i, layer in enumerate(expert.layers):
+            if i % 2:
+                layer.self_attn.k_proj, layer.self_attn.v_proj = nn.Linear(320, 320, bias=False), nn.Linear(320, 320, bias=False)
+        heads = {"state_proj": nn.Linear(32, 960), "action_in_proj": nn.Linear(32, 720),
+                 "action_out_proj": nn.Linear(720, 32), "action_time_mlp_in": nn.Linear(1440, 720),
+                 "action_time_mlp_out": nn.Linear(720, 720)}
+    out = {f"model.vlm_with_expert.vlm.{k}": v for k, v in vlm.state_dict().items()}
+    out.update({f"model.vlm_with_expert.lm_expert.{k}": v for k, v in expert.state_dict().items()})
+    for name, module in heads.items():
+        out.update({f"model.{name}.{k}": v for k, v in module.state_dict().items()})
+    return out

@@ -55,3 +55,20 @@ def test_real_size_key_layouts_map_strictly_onto_the_presets():
             "paligemma_with_expert.gemma_expert.lm_head.weight"]
         fresh = {k.split(".")[0] for k in report.fresh}
         assert fresh <= {"noise_head", "state_stats", "action_stats"}, fresh
+
+
+def test_real_size_smolvla_layout_maps_strictly_onto_its_preset():
+    from pretrained_ckpt import real_size_smolvla_keys
+    from policies.vla.pretrained.smolvla import our_name
+    from policies.vla.pretrained.strict import fill
+
+    tensors = real_size_smolvla_keys()
+    origin = {our_name(k.removeprefix("model.")): k for k in tensors if our_name(k.removeprefix("model."))}
+    head = "model.vlm_with_expert.vlm.lm_head.weight"
+    with torch.device("meta"):
+        policy = FlowVLA(PRESETS["smolvla"]())
+    report = fill(policy, tensors, {k: tuple(v.shape) for k, v in tensors.items()}, origin,
+                  {head: "unused vocabulary head"}, ("noise_head.", "state_stats.", "action_stats."), "smolvla")
+    assert report.filled == len(tensors) - 1
+    assert parameter_count(PRESETS["smolvla"]())["total"] + tensors[head].numel() == sum(
+        v.numel() for v in tensors.values()) + policy.noise_head.proj.weight.numel() + policy.noise_head.proj.bias.numel()

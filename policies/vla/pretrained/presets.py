@@ -3,10 +3,10 @@
   pi0        PaliGemma-3B (SigLIP so400m/14 at 224 + Gemma-2B) with a Gemma-300M expert;
              loads lerobot/pi0-style and openpi pi0 checkpoints exactly
   pi05       the same backbone with pi0.5's adaptive-RMSNorm Gemma-300M expert; loads pi0.5
-  smolvla    our FlowVLA at SmolVLA's sizes: SmolVLM2-500M's SigLIP-B/16 at 512 and the first
-             16 of SmolLM2-360M's 32 layers, a 720-wide expert (0.75 x 960, MLP 2048). SmolVLA's
-             own checkpoints do NOT load into it (pixel-shuffle connector, cross-attention expert
-             layers; docs/vla.md)
+  smolvla    SmolVLA: SmolVLM2-500M's SigLIP-B/16 tower at 512 with its pixel-shuffle connector
+             (scale 4) and the first 16 of SmolLM2-360M's 32 layers, a 720-wide expert (0.75 x
+             960, MLP 2048) alternating self- and cross-attention; loads lerobot/smolvla_base-style
+             checkpoints
   openvla    our ARVLA at OpenVLA's sizes: Llama-2-7B with a SigLIP so400m/14 tower. OpenVLA's
              DINOv2 ViT-L/14 tower (counted separately by `dinov2_vit_l14`) and 3-layer projector
              have no place in it, so OpenVLA / OpenVLA-OFT checkpoints do NOT load (docs/vla.md)
@@ -45,8 +45,10 @@ def smolvla() -> FlowVLAConfig:
         vision=dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
                     image_size=512, patch_size=16, vision_use_head=False),
         lm_type="llama", lm=dict(hidden_size=960, intermediate_size=2560, num_hidden_layers=16, num_attention_heads=15,
-                                 num_key_value_heads=5, head_dim=64, vocab_size=49280, max_position_embeddings=8192),
-        expert_hidden=720, expert_intermediate=2048, critic=False)
+                                 num_key_value_heads=5, head_dim=64, vocab_size=49280, rms_norm_eps=1e-5,
+                                 max_position_embeddings=8192, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+        expert_hidden=720, expert_intermediate=2048, expert_arch="smolvla", state_in_prefix=True, pixel_shuffle=4,
+        embed_scale=True, prefix_attention="bidirectional", prompt_template="{task}\n", critic=False)
 
 
 def openvla() -> ARVLAConfig:
