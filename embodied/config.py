@@ -74,9 +74,6 @@ class PPOConfig:
     desired_kl: float = 0.01  # for the adaptive schedule
     gamma: float = 0.99
     gae_lambda: float = 0.95
-    # bootstrap a time-limit truncation with V(final obs) (the limit is not part of the task);
-    # False: the limit is part of the task (ReachPoint), truncation ends the return like a failure
-    bootstrap_time_limit: bool = True
     clip_low: float = 0.2
     clip_high: float = 0.28
     dual_clip: float | None = 3.0
