@@ -1,4 +1,5 @@
-"""`embodied` command line: train, eval, collect, sft, pipeline, robot-sim, serve, report, sim2real, list.
+"""`embodied` command line: train, eval, collect, sft, pipeline, robot-sim, serve, report, sim2real,
+finetune-robot, robot-operator, list.
 
 Building the parser, `--help` and `embodied list` import nothing heavy (no torch, MuJoCo,
 transformers, ROS/DDS: tests/test_cli_startup.py); each handler imports what it needs.
@@ -113,6 +114,18 @@ def cmd_sim2real(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def cmd_finetune_robot(args: argparse.Namespace) -> int:
+    from embodied.robot_rl.run import cmd_finetune_robot as run
+
+    return run(args)
+
+
+def cmd_robot_operator(args: argparse.Namespace) -> int:
+    from robot_bridge.operator_node import run
+
+    return run(args)
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from sims.registry import MANISKILL_TASK_NAMES, list_tasks  # names only: no MuJoCo, no torch
 
@@ -184,6 +197,22 @@ def parser() -> argparse.ArgumentParser:
     s2r.add_argument("--no-videos", action="store_true", help="skip the first-failure videos")
     s2r.add_argument("--out", required=True, help="report folder")
     s2r.set_defaults(fn=cmd_sim2real)
+    from embodied.robot_rl.run import finetune_arguments  # argparse only
+
+    fr = sub.add_parser("finetune-robot", help="on-robot RL: actor and learner over ROS 2, with interventions "
+                                               "(docs/robot_rl.md)")
+    finetune_arguments(fr)
+    fr.set_defaults(fn=cmd_finetune_robot)
+    op = sub.add_parser("robot-operator", help="a scripted operator: the task's expert takes over on the teleop "
+                                                "topic when the policy strays")
+    op.add_argument("task", help="the MuJoCo task whose expert operates")
+    op.add_argument("--namespace", default="")
+    op.add_argument("--window", type=int, default=5, help="frames the policy's progress is judged over")
+    op.add_argument("--min-progress", type=float, default=0.01, help="metres it must gain in --window frames")
+    op.add_argument("--takeover", type=int, default=5, help="frames the operator keeps control")
+    op.add_argument("--transport", default="auto", choices=("auto", "dds", "rclpy"))
+    op.add_argument("--domain-id", type=int, default=None)
+    op.set_defaults(fn=cmd_robot_operator)
     ls = sub.add_parser("list", help="list tasks and configs")
     ls.set_defaults(fn=cmd_list)
     return p

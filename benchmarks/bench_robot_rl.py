@@ -1,0 +1,117 @@
+"""On-robot RL on the digital twin over DDS: success on held-out seeds against robot time.
+
+    python benchmarks/bench_robot_rl.py run --out runs/robot_rl/operator --operator [overrides ...]
+    python benchmarks/bench_robot_rl.py run --out runs/robot_rl/no_operator [overrides ...]
+    python benchmarks/bench_robot_rl.py plot runs/robot_rl/operator runs/robot_rl/no_operator --png docs/img/robot_rl_lift.png
+
+`run` collects the demonstrations (embodied collect Reach, seeds 0..), starts the twin
+(`embodied robot-sim Reach --image-size 0`) and, with --operator, the scripted operator
+(`embodied robot-operator Reach`), on a loopback-only DDS domain, then runs
+`embodied finetune-robot configs/finetune_reach.yaml` (actor and learner processes) with the
+overrides. Everything it starts is stopped at the end. The curve is run_dir/progress.jsonl."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def run(args: argparse.Namespace) -> int:
+    from robot_bridge.transport import loopback_env
+
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **loopback_env(100 + random.randrange(100), out / "dds"), "OMP_NUM_THREADS": "1",
+           "MUJOCO_GL": "egl", "PYTHONPATH": str(ROOT)}
+    cli = [sys.executable, "-m", "embodied.cli"]
+    demos = out / "demos"
+    if not demos.exists():
+        subprocess.run(cli + ["collect", "Reach", "--episodes", str(args.demos), "--out", str(demos)], env=env,
+                       check=True, capture_output=True)
+    procs = [subprocess.Popen(cli + ["robot-sim", "Reach", "--image-size", "0", "--transport", "dds"], env=env,
+                              stdout=open(out / "sim.log", "a"), stderr=subprocess.STDOUT)]
+    if args.operator:
+        procs.append(subprocess.Popen(cli + ["robot-operator", "Reach", "--transport", "dds"], env=env,
+                                      stdout=open(out / "operator.log", "a"), stderr=subprocess.STDOUT))
+    t0 = time.monotonic()
+    try:
+        cmd = cli + ["finetune-robot", str(ROOT / "configs" / "finetune_reach.yaml"), f"run_dir={out / 'run'}",
+                     f"demos={demos}", *args.overrides]
+        rc = subprocess.run(cmd, env=env).returncode
+    finally:
+        for p in reversed(procs):
+            _stop(p)
+    print(json.dumps({"out": str(out), "exit_code": rc, "wall_s": round(time.monotonic() - t0, 1)}))
+    return rc
+
+
+def read_progress(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "run" / "progress.jsonl").read_text().splitlines() if line.strip()]
+
+
+def plot(args: argparse.Namespace) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for d in args.runs:
+        rows = read_progress(Path(d))
+        ev = [r for r in rows if r["kind"] == "eval"]
+        eps = [r for r in rows if r["kind"] == "episode"]
+        label = Path(d).name
+        ax1.plot([r["robot_time_s"] / 60 for r in ev], [r["success"] for r in ev], "o-", label=label)
+        ax2.plot([r["episode"] for r in eps], [r["intervention_rate"] for r in eps], ".", alpha=0.5, label=label)
+        print(json.dumps({"run": label, "evals": [(r["episode"], round(r["robot_time_s"] / 60, 2), r["success"]) for r in ev]}))
+    ax1.set_xlabel("robot time on the twin (min, training and evaluation)")
+    ax1.set_ylabel("success, held-out seeds (over DDS)")
+    ax1.set_ylim(-0.02, 1.02)
+    ax1.legend()
+    ax2.set_xlabel("training episode")
+    ax2.set_ylabel("intervention rate")
+    ax2.set_ylim(-0.02, 1.02)
+    fig.suptitle(args.title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(args.png, dpi=110)
+    return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--out", required=True)
+    r.add_argument("--operator", action="store_true")
+    r.add_argument("--demos", type=int, default=5)
+    r.add_argument("overrides", nargs="*")
+    r.set_defaults(fn=run)
+    pl = sub.add_parser("plot")
+    pl.add_argument("runs", nargs="+")
+    pl.add_argument("--png", required=True)
+    pl.add_argument("--title", default="")
+    pl.set_defaults(fn=plot)
+    args = p.parse_args()
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""The actor process: drives the robot (RobotEnv behind its safety layer) with the newest
+weights, lets an operator take over from the teleop topic, records every episode (LeRobot v3)
+and streams each transition, tagged with the weight version it was acted with, to the learner.
+
+Per step: newest weights from the link -> action from the policy (sampled) -> the operator's
+action instead while it is in control (the transition is marked intervened) -> env.step (the
+safety filter, then the command). If no weights came for actor.learner_timeout_s, the learner
+is lost: "continue" acts on the last weights, "hold" sends nothing until weights come again.
+The run ends after actor.episodes training episodes, at an e-stop (clean: the episode so far is
+recorded, exit code 0) or at a robot error (one line, the episode so far recorded, code 1).
+progress.jsonl gets one line per episode and per held-out evaluation."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from embodied.dataset import EpisodeWriter
+from embodied.robot_rl.config import FinetuneConfig
+from embodied.robot_rl.data import load_policy
+from embodied.robot_rl.link import ActorLink, to_wire
+from robot_bridge.robot_env import RobotEnv
+from robot_bridge.teleop import Teleop
+from sims.vecenv import EnvError
+
+log = logging.getLogger("embodied.robot_rl.actor")
+
+
+class Actor:
+    def __init__(self, cfg: FinetuneConfig, env: RobotEnv | None = None):
+        self.cfg, self.dir = cfg, Path(cfg.run_dir)
+        self.policy, self.version = load_policy(self.dir / "policy.safetensors")
+        self.env = env or RobotEnv(cfg.robot)
+        self.teleop = (Teleop(self.env.tr, cfg.teleop, cfg.robot.topic(cfg.teleop.topic))
+                       if cfg.teleop is not None else None)
+        spec = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(self.env.spec).items()}
+        self.writer = EpisodeWriter(self.dir / "online", cfg.robot.task, spec)
+        self.link = ActorLink(self.dir, cfg.actor.port)
+        self.memory: dict[int, list[dict]] = {}  # this run's episodes, for a learner that (re)connects
+        self.gen = torch.Generator().manual_seed(cfg.actor.seed)
+        self.robot_steps = 0
+        self.held_s = 0.0
+        self.t0 = time.monotonic()
+        self._progress = open(self.dir / "progress.jsonl", "a")
+
+    # ------------------------------------------------------------------ the learner
+    def _poll_link(self) -> None:
+        got = self.link.weights()
+        if got is not None:
+            version, sd = got
+            self.policy.load_state_dict({k: torch.as_tensor(v) for k, v in sd.items()})
+            self.version = version
+        while not self.link.hello.empty():
+            have = self.link.hello.get()
+            for ep in sorted(e for e in self.memory if e >= have):
+                for t in self.memory[ep]:
+                    self.link.send(("transition", to_wire(t)))
+
+    def _learner_lost(self) -> bool:
+        return time.monotonic() - self.link.last_weights_time > self.cfg.actor.learner_timeout_s
+
+    def _hold_for_learner(self) -> None:
+        """on_learner_loss "hold": send nothing until weights come (the robot holds)."""
+        if self.cfg.actor.on_learner_loss != "hold" or not self._learner_lost():
+            return
+        log.warning("actor: no weights for %.1f s; holding until the learner is back", self.cfg.actor.learner_timeout_s)
+        t = time.monotonic()
+        while self._learner_lost():
+            time.sleep(0.05)
+            self._poll_link()
+        self.held_s += time.monotonic() - t
+
+    # ------------------------------------------------------------------ episodes
+    def _act(self, obs: dict, deterministic: bool) -> torch.Tensor:
+        o = obs[self.cfg.obs_key].float()
+        with torch.no_grad():
+            if deterministic:
+                a, _ = self.policy.sample(o, deterministic=True)
+            else:
+                mean, log_std = self.policy.dist(o)
+                a = torch.tanh(mean + log_std.exp() * torch.randn(mean.shape, generator=self.gen))
+        return a
+
+    def episode(self, obs: dict, index: int | None, deterministic: bool = False) -> tuple[dict, dict[str, Any]]:
+        """Run one episode from obs. index None: an evaluation (no operator, not recorded, not
+        streamed). Returns the next episode's first observation and the episode's summary;
+        raises EnvError (the episode so far recorded) when the robot fails or is e-stopped."""
+        key, steps, success = self.cfg.obs_key, [], False
+        try:
+            while True:
+                if index is not None:
+                    self._poll_link()
+                    self._hold_for_learner()
+                a = self._act(obs, deterministic)
+                manual = self.teleop.action() if (self.teleop is not None and index is not None) else None
+                if manual is not None:
+                    a = torch.as_tensor(manual, dtype=torch.float32)[None]
+                res = self.env.step(a)
+                self.robot_steps += 1
+                done = bool(res.done[0])
+                success = bool(res.info["success"][0])
+                nxt = (res.final_obs if done else res.obs)
+                steps.append({"obs": obs, "action": a[0], "reward": res.reward[0], "success": res.info["success"][0],
+                              "intervened": manual is not None, "version": self.version})
+                if index is not None:
+                    t = {"obs": obs[key][0], "action": a[0], "reward": res.reward[0].float(), "next_obs": nxt[key][0],
+                         "terminated": float(res.terminated[0]), "intervened": float(manual is not None),
+                         "version": float(self.version), "episode": index, "step": len(steps) - 1}
+                    self.memory.setdefault(index, []).append(t)
+                    self.link.send(("transition", to_wire(t)))
+                obs = res.obs
+                if done:
+                    break
+        finally:
+            if index is not None and steps:
+                self._record(steps)
+        n_iv = sum(s["intervened"] for s in steps)
+        return obs, {"success": success, "steps": len(steps), "interventions": n_iv,
+                     "intervention_rate": n_iv / max(len(steps), 1)}
+
+    def _record(self, steps: list[dict]) -> None:
+        ep: dict[str, torch.Tensor] = {}
+        for k in steps[0]["obs"]:
+            if torch.is_tensor(steps[0]["obs"][k]):
+                ep[f"obs.{k}"] = torch.cat([s["obs"][k] for s in steps])
+        ep["action"] = torch.stack([s["action"] for s in steps])
+        ep["reward"] = torch.stack([s["reward"] for s in steps]).float()
+        ep["success"] = torch.stack([s["success"] for s in steps]).bool()
+        ep["intervened"] = torch.tensor([s["intervened"] for s in steps])
+        ep["weight_version"] = torch.tensor([float(s["version"]) for s in steps])
+        self.writer.add(ep, steps[0]["obs"]["instruction"][0], None)
+
+    def evaluate(self, obs: dict) -> tuple[dict, float]:
+        """Held-out seeds, deterministic actions; returns the next training obs and the success rate."""
+        wins = 0
+        for i in range(self.cfg.actor.eval_episodes):
+            o, _ = self.env.reset(seed=self.cfg.actor.eval_seed + i)
+            obs, summary = self.episode(o, None, deterministic=True)
+            wins += summary["success"]
+        return obs, wins / max(self.cfg.actor.eval_episodes, 1)
+
+    def log(self, **row: Any) -> None:
+        row.update(version=self.version, robot_steps=self.robot_steps,
+                   robot_time_s=round(self.robot_steps / (self.cfg.actor.nominal_hz or self.cfg.robot.control_hz), 2),
+                   wall_s=round(time.monotonic() - self.t0, 2))
+        self._progress.write(json.dumps(row) + "\n")
+        self._progress.flush()
+
+    # ------------------------------------------------------------------ the run
+    def run(self) -> dict[str, Any]:
+        a = self.cfg.actor
+        first = self.writer.info["total_episodes"]
+        ended, code, evals = "episodes", 0, []
+        try:
+            obs, _ = self.env.reset()
+            if a.eval_every and first == 0:
+                obs, rate = self.evaluate(obs)
+                evals.append(rate)
+                self.log(kind="eval", episode=0, success=rate)
+            for index in range(first, a.episodes):
+                obs, summary = self.episode(obs, index)
+                self.link.send(("episode", {"episode": index, **summary}))
+                self.log(kind="episode", episode=index + 1, **summary)
+                if a.eval_every and (index + 1) % a.eval_every == 0:
+                    obs, rate = self.evaluate(obs)
+                    evals.append(rate)
+                    self.log(kind="eval", episode=index + 1, success=rate)
+        except EnvError as e:
+            estop = self.env.safety is not None and self.env.safety.estopped
+            ended, code = ("e-stop", 0) if estop else (str(e).splitlines()[0], 1)
+            log.error("actor: %s", ended) if code else log.warning("actor: e-stop: run ended, episodes recorded")
+        finally:
+            self.link.send(("stop", ended))
+            self.link.close()
+            self._progress.close()
+        return {"ended": ended, "exit_code": code, "episodes": self.writer.info["total_episodes"],
+                "robot_steps": self.robot_steps, "version": self.version, "evals": evals,
+                "held_s": round(self.held_s, 2), "safety": dict(self.env.safety.counts) if self.env.safety else {}}
+
+    def close(self) -> None:
+        self.env.close()

@@ -1,0 +1,157 @@
+"""`embodied finetune-robot` configuration: one YAML file (configs/finetune_*.yaml), sections
+robot (RobotEnvConfig, with safety: SafetyConfig), sac (SACConfig), teleop (TeleopConfig or
+null), actor, learner, and the top-level run fields. Unknown keys and bad values are one-line
+errors naming the field."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from embodied.robot_rl.agent import SACConfig
+from robot_bridge.robot_env import RobotEnvConfig
+from robot_bridge.safety import SafetyConfig
+from robot_bridge.teleop import TeleopConfig
+
+ON_LEARNER_LOSS = ("continue", "hold")
+
+
+class FinetuneConfigError(ValueError):
+    """A bad finetune config; the message is one line naming the field."""
+
+
+@dataclass
+class ActorConfig:
+    episodes: int = 100  # training episodes (robot time budget)
+    on_learner_loss: str = "continue"  # keep acting on the last weights, or hold (send nothing)
+    learner_timeout_s: float = 10.0  # no weights for this long: the learner is lost (stalled or dead)
+    eval_every: int = 10  # training episodes between held-out evaluations (0: none)
+    eval_episodes: int = 10
+    eval_seed: int = 1_000_000  # held-out seeds eval_seed + i (the twin's training stream is its own)
+    nominal_hz: float | None = None  # the robot's real control rate for robot time (None: robot.control_hz)
+    port: int = 0  # the link's local port (0: any free port, written to run_dir/actor.port)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.on_learner_loss not in ON_LEARNER_LOSS:
+            raise FinetuneConfigError(f"actor.on_learner_loss: unknown {self.on_learner_loss!r}; "
+                                      f"allowed: {', '.join(ON_LEARNER_LOSS)}")
+        if self.episodes < 0 or self.eval_every < 0 or self.eval_episodes < 0 or not self.learner_timeout_s > 0:
+            raise FinetuneConfigError("actor.episodes, eval_every, eval_episodes, learner_timeout_s: must be >= 0 (> 0)")
+
+
+@dataclass
+class LearnerConfig:
+    warmup_transitions: int = 100  # online transitions before the first update
+    critic_warmup_updates: int = 500  # updates that train the critic only (the actor keeps its start)
+    push_every_s: float = 2.0  # weights to the actor (HIL-SERL: 1-4 s)
+    checkpoint_every_s: float = 10.0
+    max_updates_per_transition: float = 1.0  # updates never outrun the data by more than this
+    seed: int = 0
+
+
+@dataclass
+class InitConfig:
+    """The starting policy: behaviour cloning on the first `bc_episodes` demo episodes (the weak,
+    SFT'd policy), or a weights file."""
+
+    bc_episodes: int = 5
+    bc_steps: int = 1000
+    bc_lr: float = 1e-3
+    weights: str | None = None  # a policy.safetensors to start from instead
+
+
+@dataclass
+class FinetuneConfig:
+    run_dir: str = "runs/finetune"
+    demos: str | None = None  # a LeRobot v3 dataset of demonstrations (embodied collect)
+    obs_key: str = "privileged"  # the observation the policy reads (state or privileged)
+    robot: RobotEnvConfig = field(default_factory=RobotEnvConfig)
+    sac: SACConfig = field(default_factory=SACConfig)
+    teleop: TeleopConfig | None = None
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    init: InitConfig = field(default_factory=InitConfig)
+
+    def __post_init__(self) -> None:
+        if self.obs_key not in ("state", "privileged"):
+            raise FinetuneConfigError(f"obs_key: unknown {self.obs_key!r}; allowed: state, privileged")
+        if self.obs_key == "privileged" and not self.robot.privileged_topic:
+            raise FinetuneConfigError("obs_key: 'privileged' needs robot.privileged_topic")
+
+
+def _build(cls: type, data: Any, where: str) -> Any:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise FinetuneConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise FinetuneConfigError(f"{where}.{unknown[0]}: unknown key; allowed: {', '.join(sorted(names))}")
+    kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items()}
+    try:
+        return cls(**kw)
+    except FinetuneConfigError:
+        raise
+    except (ValueError, TypeError) as e:  # EnvError is a ValueError: one line naming the field
+        msg = str(e).splitlines()[0]
+        head = msg.split(":")[0]
+        if head.split(",")[0] in names:  # "command_type: unknown ..." -> "robot.command_type: ..."
+            msg = f"{where}.{msg}"
+        elif head.startswith("safety."):
+            msg = f"robot.{msg}"
+        elif not head.startswith((f"{where}.", "sac.", "teleop.")):
+            msg = f"{where}: {msg}"
+        raise FinetuneConfigError(msg) from None
+
+
+def config_from_dict(data: dict[str, Any]) -> FinetuneConfig:
+    data = dict(data or {})
+    robot = dict(data.pop("robot", None) or {})
+    if "safety" in robot:
+        robot["safety"] = None if robot["safety"] is None else _build(SafetyConfig, robot["safety"], "robot.safety")
+    if "image_topics" in robot:
+        robot["image_topics"] = dict(robot["image_topics"] or {})
+    sections = {"robot": _build(RobotEnvConfig, robot, "robot"), "sac": _build(SACConfig, data.pop("sac", None), "sac"),
+                "actor": _build(ActorConfig, data.pop("actor", None), "actor"),
+                "learner": _build(LearnerConfig, data.pop("learner", None), "learner"),
+                "init": _build(InitConfig, data.pop("init", None), "init")}
+    teleop = data.pop("teleop", None)
+    sections["teleop"] = None if teleop is None else _build(TeleopConfig, teleop, "teleop")
+    names = {f.name for f in dataclasses.fields(FinetuneConfig)} - set(sections)
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise FinetuneConfigError(f"{unknown[0]}: unknown key; allowed: {', '.join(sorted(names | set(sections)))}")
+    return FinetuneConfig(**data, **sections)
+
+
+def set_dotted(data: dict[str, Any], override: str) -> None:
+    """Apply "a.b=value" (value parsed as YAML) to a nested dict."""
+    key, sep, value = override.partition("=")
+    if not sep:
+        raise FinetuneConfigError(f"override {override!r}: expected key=value")
+    node = data
+    parts = key.split(".")
+    for p in parts[:-1]:
+        node = node.setdefault(p, {}) if isinstance(node.get(p), dict) or p not in node else node[p]
+        if not isinstance(node, dict):
+            raise FinetuneConfigError(f"{key}: {p} is not a section")
+    node[parts[-1]] = yaml.safe_load(value)
+
+
+def load_finetune_config(path: str | Path, overrides: list[str] = ()) -> FinetuneConfig:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise FinetuneConfigError(f"config: {path} not found") from None
+    except yaml.YAMLError as e:
+        raise FinetuneConfigError(f"config: {path} is not valid YAML ({str(e).splitlines()[0]})") from None
+    for o in overrides:
+        set_dotted(data, o)
+    return config_from_dict(data)

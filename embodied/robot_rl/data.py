@@ -1,0 +1,73 @@
+"""What the finetuning run keeps on disk: the policy weights it acts with, and its episodes
+(LeRobot v3, embodied/dataset.py) turned back into transitions.
+
+  run_dir/policy.safetensors   the actor network's weights; metadata: version, obs_dim, action_dim, hidden
+  run_dir/online/              every training episode the actor ran (LeRobot v3), with the columns
+                               complementary_info.is_intervention and complementary_info.weight_version
+  run_dir/learner.pt           the learner's state (networks, optimisers, temperature, counters)
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from embodied.dataset import read_episodes, read_meta
+from embodied.dataset_layout import DatasetError
+from embodied.robot_rl.networks import TanhGaussianActor
+from embodied.robot_rl.replay import episode_transitions
+
+
+def save_policy(path: str | Path, actor: TanhGaussianActor, version: int, hidden: tuple[int, ...]) -> None:
+    """Atomically write the actor's weights with their version."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    sd = {k: v.detach().contiguous().clone() for k, v in actor.state_dict().items()}
+    meta = {"version": str(version), "obs_dim": str(actor.norm.mean.numel()), "action_dim": str(actor.action_dim),
+            "hidden": json.dumps(list(hidden))}
+    save_file(sd, str(tmp), metadata=meta)
+    os.replace(tmp, path)
+
+
+def load_policy(path: str | Path) -> tuple[TanhGaussianActor, int]:
+    """The actor network and its weight version."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        meta = f.metadata()
+    actor = TanhGaussianActor(int(meta["obs_dim"]), int(meta["action_dim"]), tuple(json.loads(meta["hidden"])))
+    actor.load_state_dict(load_file(str(path)))
+    return actor, int(meta["version"])
+
+
+def dataset_transitions(root: str | Path, obs_key: str, episodes: list[int] | None = None,
+                        skip: set[int] = frozenset()) -> tuple[list[dict], list[int]]:
+    """Transitions of a dataset's committed episodes (all, or `episodes`), leaving out the
+    indices in `skip`; the reward is the success flag (the sparse reward the robot gives).
+    Returns (transitions, episode indices read)."""
+    key = f"obs.{obs_key}"
+    out, read = [], []
+    order = sorted(episodes) if episodes is not None else itertools.count()
+    for index, ep in zip(order, read_episodes(root, episodes)):  # read_episodes yields in index order
+        if index in skip:
+            continue
+        if key not in ep:
+            raise DatasetError(f"{root}: episodes have no {key} (obs_key {obs_key!r}); "
+                               f"they have {sorted(k for k in ep if k.startswith('obs.'))}")
+        success = ep["success"].bool()
+        out += episode_transitions(ep[key].float(), ep["action"].float(), success.float(), success,
+                                   ep.get("intervened"), ep.get("weight_version"))
+        read.append(index)
+    return out, read
+
+
+def committed_episodes(root: str | Path) -> int:
+    try:
+        return int(read_meta(root)["total_episodes"])
+    except DatasetError:
+        return 0

@@ -1,0 +1,184 @@
+"""The learner process: SAC (embodied/robot_rl/agent.py) on transitions streamed from the
+actor, weights pushed back every learner.push_every_s, a checkpoint every
+learner.checkpoint_every_s. It starts from the last checkpoint (run_dir/learner.pt) when there
+is one, else from the starting policy (`prepare`: behaviour cloning on a few demonstrations),
+and rebuilds its buffers from disk: the demonstrations, and every episode the actor recorded
+(intervened transitions into the demo buffer too). A hello tells the actor which episodes are
+loaded; the actor re-sends the rest, and (episode, step) keys drop any duplicate.
+
+Pacing: one update (utd critic steps, then the actor) per transition received at most
+(learner.max_updates_per_transition), after learner.warmup_transitions; the first
+learner.critic_warmup_updates leave the actor as it is, so a fresh critic cannot pull the
+starting policy apart."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from embodied.dataset_layout import DatasetError
+from embodied.robot_rl.agent import SACAgent
+from embodied.robot_rl.config import FinetuneConfig
+from embodied.robot_rl.data import committed_episodes, dataset_transitions, load_policy, save_policy
+from embodied.robot_rl.link import connect_learner, poll_all, to_wire
+from embodied.robot_rl.replay import Replay, mixed_batch
+
+log = logging.getLogger("embodied.robot_rl.learner")
+
+
+def demo_transitions(cfg: FinetuneConfig) -> list[dict]:
+    if not cfg.demos:
+        return []
+    n = committed_episodes(cfg.demos)
+    if n == 0:
+        raise DatasetError(f"demos: {cfg.demos} holds no episodes")
+    k = min(cfg.init.bc_episodes, n) if cfg.init.bc_episodes > 0 else n
+    return dataset_transitions(cfg.demos, cfg.obs_key, list(range(k)))[0]
+
+
+def prepare(cfg: FinetuneConfig) -> Path:
+    """The starting policy (version 0) in run_dir/policy.safetensors, unless there is one: a
+    weights file (init.weights) or behaviour cloning on the first init.bc_episodes demos (MSE of
+    the squashed mean, plus a pull of log std towards -1.5 for a modest exploration noise)."""
+    run = Path(cfg.run_dir)
+    path = run / "policy.safetensors"
+    if path.exists():
+        return path
+    torch.manual_seed(cfg.learner.seed)
+    run.mkdir(parents=True, exist_ok=True)
+    if cfg.init.weights:
+        actor, _ = load_policy(cfg.init.weights)
+        save_policy(path, actor, 0, cfg.sac.hidden)
+        return path
+    demos = demo_transitions(cfg)
+    if not demos:
+        raise DatasetError("demos: behaviour cloning (init.bc_episodes > 0) needs a demonstration dataset")
+    obs = torch.stack([t["obs"] for t in demos])
+    act = torch.stack([t["action"] for t in demos]).clamp(-1, 1)
+    agent = SACAgent(obs.shape[1], act.shape[1], cfg.sac)
+    agent.set_obs_stats(obs)
+    g = torch.Generator().manual_seed(cfg.learner.seed)
+    opt = torch.optim.Adam(agent.actor.parameters(), lr=cfg.init.bc_lr)
+    for _ in range(cfg.init.bc_steps):
+        idx = torch.randint(len(obs), (cfg.sac.batch_size,), generator=g)
+        mean, log_std = agent.actor.dist(obs[idx])
+        loss = ((torch.tanh(mean) - act[idx]) ** 2).mean() + 0.01 * ((log_std + 1.5) ** 2).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    save_policy(path, agent.actor, 0, cfg.sac.hidden)
+    return path
+
+
+class Learner:
+    def __init__(self, cfg: FinetuneConfig):
+        self.cfg, self.dir = cfg, Path(cfg.run_dir)
+        torch.manual_seed(cfg.learner.seed)
+        actor, version = load_policy(prepare(cfg))
+        self.agent = SACAgent(actor.norm.mean.numel(), actor.action_dim, cfg.sac)
+        ckpt = self.dir / "learner.pt"
+        if ckpt.exists():
+            state = torch.load(ckpt, weights_only=True)
+            self.agent.load_state_dict(state["agent"])
+            version = int(state["version"])
+            log.info("learner: resumed from %s (version %d, %d updates)", ckpt, version, self.agent.updates)
+        else:
+            self.agent.actor.load_state_dict(actor.state_dict())
+            for net in (self.agent.critic, self.agent.target):
+                net.norm.load_state_dict(actor.norm.state_dict())
+        self.demo, self.online = Replay(), Replay()
+        for t in demo_transitions(self.cfg):
+            self.demo.add(t)
+        self.seen: set[tuple[int, int]] = set()
+        loaded, episodes = dataset_transitions(self.dir / "online", cfg.obs_key) if (self.dir / "online").exists() else ([], [])
+        for t in loaded:
+            self._add(t)
+        self.loaded_episodes = len(episodes)
+        newest = max([version, *(int(t["version"]) for t in loaded)])
+        self.version = newest + (1 if loaded or ckpt.exists() else 0)  # versions only grow across restarts
+        self.gen = torch.Generator().manual_seed(cfg.learner.seed)
+        self.stats: dict[str, float] = {}
+
+    def _add(self, t: dict) -> None:
+        self.online.add(t)
+        if t["intervened"]:
+            self.demo.add(t)
+
+    def checkpoint(self) -> None:
+        tmp = self.dir / f".learner.pt.tmp-{os.getpid()}"
+        torch.save({"agent": self.agent.state_dict(), "version": self.version}, tmp)
+        os.replace(tmp, self.dir / "learner.pt")
+        save_policy(self.dir / "policy.safetensors", self.agent.actor, self.version, self.cfg.sac.hidden)
+
+    def _push(self, conn: Any) -> None:
+        conn.send(("weights", self.version, to_wire(self.agent.actor.state_dict())))
+
+    def _log(self) -> None:
+        """One line of run_dir/learner.jsonl per weight push: counters and the last update's stats."""
+        row = {"version": self.version, "updates": self.agent.updates, "online": len(self.online),
+               "demo": len(self.demo), **{k: round(v, 5) for k, v in self.stats.items()}}
+        with open(self.dir / "learner.jsonl", "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    def can_update(self) -> bool:
+        lc = self.cfg.learner
+        n = len(self.online) - lc.warmup_transitions
+        return n > 0 and self.agent.updates < n * lc.max_updates_per_transition
+
+    def update(self) -> None:
+        c, lc = self.cfg.sac, self.cfg.learner
+        batches = [mixed_batch(self.online, self.demo, c.batch_size, c.demo_fraction, self.gen) for _ in range(c.utd)]
+        self.stats = self.agent.update(batches, actor=self.agent.updates >= lc.critic_warmup_updates)
+
+    def serve(self, timeout_s: float = 60.0) -> str:
+        """Connect to the actor and learn until it says stop (or goes away). Returns why it ended."""
+        lc = self.cfg.learner
+        conn = connect_learner(self.dir, timeout_s)
+        conn.send(("hello", {"episodes": self.loaded_episodes}))
+        self._push(conn)
+        last_push = last_ckpt = time.monotonic()
+        try:
+            while True:
+                for msg in poll_all(conn):
+                    if msg[0] == "transition":
+                        t = msg[1]
+                        key = (int(t["episode"]), int(t["step"]))
+                        if int(t["episode"]) >= self.loaded_episodes and key not in self.seen:
+                            self.seen.add(key)
+                            self._add(t)
+                    elif msg[0] == "stop":
+                        return str(msg[1])
+                if self.can_update():
+                    self.update()
+                else:
+                    conn.poll(0.01)
+                now = time.monotonic()
+                if now - last_push >= lc.push_every_s:
+                    self.version += 1
+                    self._push(conn)
+                    last_push = now
+                    self._log()
+                if now - last_ckpt >= lc.checkpoint_every_s:
+                    self.checkpoint()
+                    last_ckpt = now
+        except (EOFError, OSError):
+            return "actor gone"
+        finally:
+            self.checkpoint()
+            conn.close()
+
+
+def run_learner(cfg: FinetuneConfig) -> str:
+    torch.set_num_threads(1)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    learner = Learner(cfg)
+    why = learner.serve()
+    log.info("learner: stopped (%s) at version %d after %d updates; %d online, %d demo transitions",
+             why, learner.version, learner.agent.updates, len(learner.online), len(learner.demo))
+    return why

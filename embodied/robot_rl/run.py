@@ -1,0 +1,89 @@
+"""`embodied finetune-robot CONFIG [--role all|actor|learner|init] [key=value ...]`.
+
+Roles: init writes the starting policy (behaviour cloning on the demos) and exits; learner
+runs the learner alone (it connects to the actor of the same run_dir); actor runs the actor
+alone; all (the default) prepares, starts the learner as a second process and runs the actor
+in this one. Running the same command again resumes both from run_dir. The robot (or its twin,
+`embodied robot-sim`) and the operator's teleop node run on their own."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import multiprocessing as mp
+import sys
+
+ROLES = ("all", "actor", "learner", "init")
+
+
+def _learner_main(cfg) -> None:
+    from embodied.robot_rl.learner import run_learner
+
+    run_learner(cfg)
+
+
+def cmd_finetune_robot(args: argparse.Namespace) -> int:
+    import torch
+
+    from embodied.robot_rl.config import FinetuneConfigError, load_finetune_config
+    from embodied.robot_rl.learner import prepare
+    from sims.vecenv import EnvError
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    torch.set_num_threads(1)
+    try:
+        cfg = load_finetune_config(args.config, args.overrides)
+        if args.role in ("all", "init"):
+            prepare(cfg)
+    except (FinetuneConfigError, EnvError, ValueError) as e:
+        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    if args.role == "init":
+        print(json.dumps({"policy": f"{cfg.run_dir}/policy.safetensors"}))
+        return 0
+    if args.role == "learner":
+        try:
+            why = _run_learner(cfg)
+        except TimeoutError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        print(json.dumps({"learner": why}))
+        return 0
+    from embodied.robot_rl.actor import Actor
+
+    proc = None
+    if args.role == "all":
+        proc = mp.get_context("spawn").Process(target=_learner_main, args=(cfg,), name="learner")
+        proc.start()
+    try:
+        actor = Actor(cfg)
+    except (EnvError, FileNotFoundError) as e:
+        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+        if proc is not None:
+            proc.terminate()
+        return 1
+    try:
+        summary = actor.run()
+    finally:
+        actor.close()
+        if proc is not None:
+            proc.join(30)
+            if proc.is_alive():
+                proc.terminate()
+    print(json.dumps(summary))
+    if summary["exit_code"]:
+        print(f"error: {summary['ended']}", file=sys.stderr)
+    return summary["exit_code"]
+
+
+def _run_learner(cfg) -> str:
+    from embodied.robot_rl.learner import run_learner
+
+    return run_learner(cfg)
+
+
+def finetune_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", help="a finetune config (configs/finetune_*.yaml)")
+    p.add_argument("overrides", nargs="*", help="key=value overrides (actor.episodes=50)")
+    p.add_argument("--role", default="all", choices=ROLES, help="which process to run (default: all)")
