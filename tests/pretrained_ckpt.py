@@ -328,10 +328,20 @@ class SmolVLAReference(nn.Module):
             out["model." + k] = v.detach().clone().contiguous()
         return out
 
+    def vision(self, img: torch.Tensor) -> torch.Tensor:
+        """The SmolVLM tower with transformers 4.x's patch positions (those SmolVLA was trained
+        with): along each axis patch i > 0 takes position i - 1 (transformers 5 computes i)."""
+        vm = self.vlm.model.vision_model
+        side = SMOL_IMAGE // 8
+        axis = (torch.arange(side) - 1).clamp(min=0)
+        ids = (axis[:, None] * side + axis[None, :]).flatten()
+        x = vm.embeddings.patch_embedding(img).flatten(2).transpose(1, 2) + vm.embeddings.position_embedding(ids)
+        return vm.post_layernorm(vm.encoder(inputs_embeds=x).last_hidden_state)
+
     def prefix(self, images, ids, mask, state):
         m = self.vlm.model
         d = m.text_model.config.hidden_size
-        embs = [m.connector(m.vision_model(pixel_values=img).last_hidden_state) * d ** 0.5 for img in images]
+        embs = [m.connector(self.vision(img)) * d ** 0.5 for img in images]
         embs += [m.text_model.embed_tokens(ids) * math.sqrt(d), self.state_proj(state)[:, None]]
         pad = torch.cat([torch.ones(e.shape[:2], dtype=torch.bool) for e in embs[:-2]]
                         + [mask, torch.ones(mask.shape[0], 1, dtype=torch.bool)], 1)

@@ -58,6 +58,9 @@ class VLAConfig:
     prefix_attention: str = "causal"  # "causal" or "bidirectional" (pi0's prefix: every real token sees every other)
     pixel_shuffle: int = 0  # > 0: SmolVLM's connector (s x s patches per token, bias-free Linear) as the projector
     embed_scale: bool = False  # image and text embeddings times sqrt(LM width) (SmolVLA)
+    # patch positions: "exact" (row-major 0..P-1, SigLIP) or "idefics_4x": SmolVLM's as transformers 4.x computes
+    # them, bucketize(i / n * (1 - 1e-6)), which shifts every row and column but the first down by one (SmolVLA)
+    vision_position_ids: str = "exact"
     lora_rank: int = 0  # > 0: rank-r adapters on the prefix's attention projections, the rest of it frozen
     lora_alpha: float = 0.0  # adapter scale alpha / r; 0 = alpha equal to the rank
 
@@ -73,6 +76,8 @@ class VLAConfig:
             raise ValueError("privileged_dim: critic_obs=privileged needs the width of obs['privileged']")
         if self.lora_rank < 0:
             raise ValueError(f"lora_rank: {self.lora_rank} must be >= 0 (0: no adapters)")
+        if self.vision_position_ids not in ("exact", "idefics_4x"):
+            raise ValueError(f"vision_position_ids: {self.vision_position_ids!r} is not allowed; choose exact or idefics_4x")
         if self.prefix_attention not in ("causal", "bidirectional"):
             raise ValueError(f"prefix_attention: {self.prefix_attention!r} is not allowed; choose causal or bidirectional")
         try:

@@ -78,8 +78,24 @@ def _is_hf_tokenizer(directory: str | Path) -> bool:
 def build_vision(cfg: VLAConfig) -> SiglipVisionModel:
     if cfg.pretrained_vision is not None:
         _need_dir(cfg.pretrained_vision, "pretrained_vision")
-        return SiglipVisionModel.from_pretrained(cfg.pretrained_vision, local_files_only=True)
-    return SiglipVisionModel(SiglipVisionConfig(**cfg.vision))
+        vision = SiglipVisionModel.from_pretrained(cfg.pretrained_vision, local_files_only=True)
+    else:
+        vision = SiglipVisionModel(SiglipVisionConfig(**cfg.vision))
+    if cfg.vision_position_ids == "idefics_4x":  # a non-persistent buffer: rebuilt from the config on load
+        side = int(vision.config.image_size) // int(vision.config.patch_size)
+        emb = vision.vision_model.embeddings if hasattr(vision, "vision_model") else vision.embeddings
+        emb.position_ids.copy_(idefics_4x_positions(side)[None].to(emb.position_ids.device))
+    return vision
+
+
+def idefics_4x_positions(side: int) -> torch.Tensor:
+    """Patch position ids of a full side x side grid as transformers 4.x's Idefics3 / SmolVLM
+    embeddings compute them: per axis bucketize(i / side * (1 - 1e-6), arange(1/side, 1, 1/side),
+    right=True) in float32, so index i > 0 lands in bucket i - 1 wherever i / side is exact."""
+    boundaries = torch.arange(1 / side, 1.0, 1 / side)
+    frac = torch.arange(side, dtype=torch.float32) / torch.tensor(side) * (1 - 1e-6)
+    b = torch.bucketize(frac, boundaries, right=True)
+    return (b[:, None] * side + b[None, :]).flatten()
 
 
 def build_lm(cfg: VLAConfig, vocab_size: int, causal_lm: bool) -> nn.Module:

@@ -48,7 +48,8 @@ def smolvla() -> FlowVLAConfig:
                                  num_key_value_heads=5, head_dim=64, vocab_size=49280, rms_norm_eps=1e-5,
                                  max_position_embeddings=8192, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
         expert_hidden=720, expert_intermediate=2048, expert_arch="smolvla", state_in_prefix=True, pixel_shuffle=4,
-        embed_scale=True, prefix_attention="bidirectional", prompt_template="{task}\n", critic=False)
+        embed_scale=True, prefix_attention="bidirectional", prompt_template="{task}\n", vision_position_ids="idefics_4x",
+        critic=False)
 
 
 def openvla() -> ARVLAConfig:

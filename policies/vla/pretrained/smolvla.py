@@ -16,6 +16,9 @@ the tokenizer (config.json: text_config, vision_config, scale_factor). Names (Le
   state_proj                                                state_proj (the state's prefix token)
   action_in_proj / action_out_proj / action_time_mlp_in / _out   expert.action_in / action_out / action_time.0 / .2
 
+Its vision tower's patch positions follow transformers 4.x (the versions SmolVLA was trained and
+is run with by LeRobot 0.4.x), which differ from transformers 5's (VLAConfig.vision_position_ids).
+
 Only SmolVLA's default layout is supported (attention_mode cross_attn, a self-attention
 layer every 2, no image special tokens, no fixed prefix length, one expert layer per VLM
 layer); another value is a one-line error naming the field.
@@ -103,7 +106,7 @@ def _config(path: Path, config: dict[str, Any], shapes: dict[str, tuple[int, ...
         max_state_dim=need("state_proj.weight")[1], max_action_dim=need("action_in_proj.weight")[1],
         cameras=imap.env_cameras(cams, all_required=True), state_indices=list(imap.state_indices),
         prompt_template="{task}\n", prefix_attention="bidirectional", pixel_shuffle=int(vlm.get("scale_factor", 4)),
-        embed_scale=True, state_in_prefix=True, expert_arch="smolvla",
+        embed_scale=True, state_in_prefix=True, expert_arch="smolvla", vision_position_ids="idefics_4x",
         max_text_len=int(config.get("tokenizer_max_length", 48)), num_steps=imap.num_steps or int(config.get("num_steps", 10)),
         time_min_period=float(config.get("min_period", 4e-3)), time_max_period=float(config.get("max_period", 4.0)),
         vision=dict(hidden_size=need(VLM + "model.vision_model.embeddings.patch_embedding.weight")[0],
