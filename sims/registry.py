@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
 # The MuJoCo tasks' names, so that list_tasks() (`embodied list`) imports neither MuJoCo nor
 # torch; tests/test_cli_startup.py checks it against the classes of _tasks().
-TASK_NAMES = ("Reach", "ReachColor", "PushCube", "PickCube", "PlaceCube")
+TASK_NAMES = ("Reach", "ReachPoint", "ReachColor", "PushCube", "PickCube", "PlaceCube")
 # sims.maniskill.tasks.names() without importing it (it imports torch); checked the same way.
 MANISKILL_TASK_NAMES = ("ms:PickCube-v1", "ms:PushCube-v1", "ms:StackCube-v1", "ms:PullCube-v1",
                         "ms:PegInsertionSide-v1")
@@ -23,8 +23,9 @@ def _tasks() -> dict[str, type]:
     from sims.mujoco.tasks.push_cube import PushCube
     from sims.mujoco.tasks.reach import Reach
     from sims.mujoco.tasks.reach_color import ReachColor
+    from sims.mujoco.tasks.reach_point import ReachPoint
 
-    return {cls.name: cls for cls in (Reach, ReachColor, PushCube, PickCube, PlaceCube)}
+    return {cls.name: cls for cls in (Reach, ReachPoint, ReachColor, PushCube, PickCube, PlaceCube)}
 
 
 def list_tasks() -> list[str]:

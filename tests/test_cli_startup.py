@@ -78,7 +78,7 @@ def test_list_imports_nothing_heavy():
     rc, text, modules = run_cli("list")
     assert rc == 0
     lines = text.splitlines()
-    assert lines[0] == "tasks:   PickCube, PlaceCube, PushCube, Reach, ReachColor"
+    assert lines[0] == "tasks:   PickCube, PlaceCube, PushCube, Reach, ReachColor, ReachPoint"
     assert lines[1].startswith("maniskill tasks ") and "ms:PickCube-v1" in lines[1]
     assert lines[2].startswith("configs: ") and "quickstart" in lines[2]
     assert heavy(modules) == []

@@ -40,7 +40,7 @@ def _assert_obs_equal(a: dict, b: dict) -> None:
 
 
 def test_tasks_registered():
-    assert set(TASKS) == {"Reach", "ReachColor", "PushCube", "PickCube", "PlaceCube"}
+    assert set(TASKS) == {"Reach", "ReachPoint", "ReachColor", "PushCube", "PickCube", "PlaceCube"}
 
 
 @pytest.mark.parametrize("task", BOTH + ["ms:StackCube-v1", "ms:PullCube-v1", "ms:PegInsertionSide-v1"])
