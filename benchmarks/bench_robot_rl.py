@@ -1,7 +1,7 @@
 """On-robot RL on the digital twin over DDS: success on held-out seeds against robot time.
 
-    python benchmarks/bench_robot_rl.py run --out runs/robot_rl/operator --operator [overrides ...]
-    python benchmarks/bench_robot_rl.py run --out runs/robot_rl/no_operator [overrides ...]
+    python benchmarks/bench_robot_rl.py run --out runs/robot_rl/operator --operator [--seed S] [overrides ...]
+    python benchmarks/bench_robot_rl.py run --out runs/robot_rl/no_operator [--seed S] [overrides ...]
     python benchmarks/bench_robot_rl.py plot runs/robot_rl/operator runs/robot_rl/no_operator --png docs/img/robot_rl_lift.png
 
 `run` collects the demonstrations (embodied collect Reach, seeds 0..), starts the twin
@@ -46,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
     if not demos.exists():
         subprocess.run(cli + ["collect", "Reach", "--episodes", str(args.demos), "--out", str(demos)], env=env,
                        check=True, capture_output=True)
-    procs = [subprocess.Popen(cli + ["robot-sim", "Reach", "--image-size", "0", "--transport", "dds"], env=env,
+    procs = [subprocess.Popen(cli + ["robot-sim", "Reach", "--image-size", "0", "--transport", "dds",
+                               "--seed", str(args.seed)], env=env,
                               stdout=open(out / "sim.log", "a"), stderr=subprocess.STDOUT)]
     if args.operator:
         procs.append(subprocess.Popen(cli + ["robot-operator", "Reach", "--transport", "dds"], env=env,
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     try:
         cmd = cli + ["finetune-robot", str(ROOT / "configs" / "finetune_reach.yaml"), f"run_dir={out / 'run'}",
-                     f"demos={demos}", *args.overrides]
+                     f"demos={demos}", f"actor.seed={args.seed}", f"learner.seed={args.seed}", *args.overrides]
         rc = subprocess.run(cmd, env=env).returncode
     finally:
         for p in reversed(procs):
@@ -101,7 +102,8 @@ def main() -> int:
     r = sub.add_parser("run")
     r.add_argument("--out", required=True)
     r.add_argument("--operator", action="store_true")
-    r.add_argument("--demos", type=int, default=5)
+    r.add_argument("--demos", type=int, default=4)
+    r.add_argument("--seed", type=int, default=0, help="the twin's seed stream, the actor's and the learner's")
     r.add_argument("overrides", nargs="*")
     r.set_defaults(fn=run)
     pl = sub.add_parser("plot")

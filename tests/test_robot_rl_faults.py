@@ -182,3 +182,24 @@ def test_twin_killed_gives_one_line_and_the_episodes_stay(world):
     assert len(err) == 1 and "robot: " in err[0], err
     eps = list(read_episodes(run / "online"))
     assert len(eps) >= 2 and all(len(e["action"]) >= 1 for e in eps)
+
+
+def test_hold_sends_nothing_while_the_learner_is_gone(world):
+    run, checker = world["run"], world["checker"]
+    assert world["start"]("init").wait(120) == 0
+    learner = world["start"]("learner")
+    actor = world["start"]("actor", "actor.on_learner_loss=hold", "actor.episodes=1000")
+    assert _until(lambda: any(r["updates"] > 0 for r in _learner_rows(run)) and len(_episodes(run)) >= 2, 90)
+    os.kill(learner.pid, signal.SIGKILL)
+    t_kill = time.monotonic()
+    time.sleep(1.0 + 2.0)  # actor.learner_timeout_s, then 2 s of holding
+    quiet_from = t_kill + 1.0 + 0.2  # the timeout, one control period and delivery
+    assert [t for t, _ in checker.commands if t > quiet_from] == []
+    assert actor.poll() is None
+    world["start"]("learner")  # a new learner: the actor acts again
+    n = len(checker.commands)
+    assert _until(lambda: len(checker.commands) > n + 20, 60), "the actor did not resume"
+    checker.estop.publish(rt.scalar("std_msgs/msg/Bool", True))
+    out, _ = actor.communicate(timeout=60)
+    assert actor.returncode == 0 and json.loads(out.strip().splitlines()[-1])["held_s"] > 2.0
+    assert checker.violations == []

@@ -44,7 +44,8 @@ class Actor:
         self.link = ActorLink(self.dir, cfg.actor.port)
         self.memory: dict[int, list[dict]] = {}  # this run's episodes, for a learner that (re)connects
         self.gen = torch.Generator().manual_seed(cfg.actor.seed)
-        self.robot_steps = 0
+        self.robot_steps = 0  # every step sent to the robot (training and evaluation episodes)
+        self.train_steps = 0  # the steps of training episodes
         self.held_s = 0.0
         self.t0 = time.monotonic()
         self._progress = open(self.dir / "progress.jsonl", "a")
@@ -103,6 +104,7 @@ class Actor:
                     a = torch.as_tensor(manual, dtype=torch.float32)[None]
                 res = self.env.step(a)
                 self.robot_steps += 1
+                self.train_steps += index is not None
                 done = bool(res.done[0])
                 success = bool(res.info["success"][0])
                 nxt = (res.final_obs if done else res.obs)
@@ -146,8 +148,9 @@ class Actor:
         return obs, wins / max(self.cfg.actor.eval_episodes, 1)
 
     def log(self, **row: Any) -> None:
-        row.update(version=self.version, robot_steps=self.robot_steps,
-                   robot_time_s=round(self.robot_steps / (self.cfg.actor.nominal_hz or self.cfg.robot.control_hz), 2),
+        hz = self.cfg.actor.nominal_hz or self.cfg.robot.control_hz
+        row.update(version=self.version, robot_steps=self.robot_steps, robot_time_s=round(self.robot_steps / hz, 2),
+                   train_steps=self.train_steps, train_time_s=round(self.train_steps / hz, 2),
                    wall_s=round(time.monotonic() - self.t0, 2))
         self._progress.write(json.dumps(row) + "\n")
         self._progress.flush()
