@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         subprocess.run(cli + ["collect", "Reach", "--episodes", str(args.demos), "--out", str(demos)], env=env,
                        check=True, capture_output=True)
     procs = [subprocess.Popen(cli + ["robot-sim", "Reach", "--image-size", "0", "--transport", "dds",
-                               "--seed", str(args.seed)], env=env,
+                               "--seed", str(args.seed), *(["--free-run"] if args.free_run else [])], env=env,
                               stdout=open(out / "sim.log", "a"), stderr=subprocess.STDOUT)]
     if args.operator:
         procs.append(subprocess.Popen(cli + ["robot-operator", "Reach", "--transport", "dds"], env=env,
@@ -103,6 +103,7 @@ def main() -> int:
     r.add_argument("--out", required=True)
     r.add_argument("--operator", action="store_true")
     r.add_argument("--demos", type=int, default=4)
+    r.add_argument("--free-run", action="store_true", help="the twin steps at its own rate (20 Hz)")
     r.add_argument("--seed", type=int, default=0, help="the twin's seed stream, the actor's and the learner's")
     r.add_argument("overrides", nargs="*")
     r.set_defaults(fn=run)

@@ -150,6 +150,7 @@ class RobotEnv(VecEnv):
         if self._pose is not None:
             self._pose.check = _check_pose
         self.commands_sent = 0
+        self.last_command_time = float("nan")
         self._stamp = -1.0  # header stamp of the joint state the current obs was built from
         self._grip = 0.0
         self._elapsed = 0
@@ -298,6 +299,7 @@ class RobotEnv(VecEnv):
         else:
             self._cmd.publish(rt.joint_trajectory(c.joint_names[:len(cmd)], cmd[None], 1.0 / c.control_hz))
         self.commands_sent += 1
+        self.last_command_time = time.monotonic()  # for latency: command sent - observation received
 
     def _command(self, action: Any) -> None:
         """Filter and send one command at the next control tick; EnvError when none may be sent."""

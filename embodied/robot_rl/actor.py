@@ -47,6 +47,8 @@ class Actor:
         self.robot_steps = 0  # every step sent to the robot (training and evaluation episodes)
         self.train_steps = 0  # the steps of training episodes
         self.held_s = 0.0
+        self.latency: list[float] = []  # s, newest joint state received -> its command sent
+        self.sent_at: list[float] = []  # monotonic send times of training commands
         self.t0 = time.monotonic()
         self._progress = open(self.dir / "progress.jsonl", "a")
 
@@ -102,7 +104,11 @@ class Actor:
                 manual = self.teleop.action() if (self.teleop is not None and index is not None) else None
                 if manual is not None:
                     a = torch.as_tensor(manual, dtype=torch.float32)[None]
+                js = self.env._js.latest()
                 res = self.env.step(a)
+                if js is not None and index is not None:  # timing of training steps
+                    self.latency.append(self.env.last_command_time - js.recv_time)
+                    self.sent_at.append(self.env.last_command_time)
                 self.robot_steps += 1
                 self.train_steps += index is not None
                 done = bool(res.done[0])
@@ -182,9 +188,22 @@ class Actor:
             self.link.send(("stop", ended))
             self.link.close()
             self._progress.close()
-        return {"ended": ended, "exit_code": code, "episodes": self.writer.info["total_episodes"],
+        return {**self.timing(), "ended": ended, "exit_code": code, "episodes": self.writer.info["total_episodes"],
                 "robot_steps": self.robot_steps, "version": self.version, "evals": evals,
                 "held_s": round(self.held_s, 2), "safety": dict(self.env.safety.counts) if self.env.safety else {}}
+
+    def timing(self) -> dict[str, float]:
+        """Achieved command rate within episodes (median period) and the action latency: from
+        the newest joint state's arrival to the command's publication (policy, operator, safety
+        and pacing included)."""
+        if len(self.latency) < 2:
+            return {}
+        gaps = np.diff(self.sent_at)
+        gaps = gaps[gaps < 5.0 / self.cfg.robot.control_hz]  # episode boundaries (resets) left out
+        lat = np.asarray(self.latency) * 1e3
+        return {"control_hz": round(float(1.0 / np.median(gaps)), 2) if len(gaps) else None,
+                "latency_ms_p50": round(float(np.percentile(lat, 50)), 2),
+                "latency_ms_p99": round(float(np.percentile(lat, 99)), 2)}
 
     def close(self) -> None:
         self.env.close()
