@@ -58,7 +58,7 @@ def test_real_size_key_layouts_map_strictly_onto_the_presets():
 
 
 def test_real_size_smolvla_layout_maps_strictly_onto_its_preset():
-    from pretrained_ckpt import real_size_smolvla_keys
+    from pretrained_ckpt_smolvla import real_size_smolvla_keys
     from policies.vla.pretrained.smolvla import our_name
     from policies.vla.pretrained.strict import fill
 

@@ -13,7 +13,8 @@ import yaml
 from embodied.config import PPOConfig
 from embodied.learner import PPOLearner
 from embodied.rollout import RolloutCollector
-from pretrained_ckpt import ACTION, CHUNK, PAD, SMOL_IMAGE, STATE, SmolVLAReference, write_lerobot_smolvla
+from pretrained_ckpt import ACTION, CHUNK, PAD, STATE
+from pretrained_ckpt_smolvla import SMOL_IMAGE, SmolVLAReference, write_lerobot_smolvla
 from policies.base import Policy
 from policies.vla.pretrained import PretrainedError, detect_format, load_pretrained
 from sims.registry import make_env
