@@ -20,9 +20,16 @@ markdown table (docs/benchmarks.md).
 builds that preset on the CPU with random weights (our architecture at that size; it says
 nothing of another implementation's speed) and times `act` at batch 1 (deterministic, the
 preset's 10 Euler steps; median of 5 after one warm-up) and the prefix forward alone.
+
+    .venv/bin/python benchmarks/pretrained_sizes.py --load-smolvla WORK
+
+writes a real-size SmolVLA in LeRobot's layout with random weights into WORK and times
+load_pretrained on it (and the run's peak memory).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import torch
 
@@ -93,11 +100,62 @@ def latency(name: str, threads: int) -> None:
           f"median {statistics.median(times[1:]):.2f} s (prefix forward {statistics.median(prefix[1:]):.2f} s)")
 
 
+def load_time(work: Path) -> None:
+    """Write a real-size SmolVLA in LeRobot's layout (random weights from transformers' own
+    SmolVLM and Llama classes, tests/pretrained_ckpt_smolvla.py) and time the strict load."""
+    import resource
+    import sys
+    import time
+
+    from safetensors.torch import save_file
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from pretrained_ckpt import write_processors, write_tokenizer
+    from pretrained_ckpt_smolvla import real_size_smolvla_keys
+    from policies.vla.pretrained import load_pretrained
+
+    torch.set_num_threads(1)
+    ckpt, vlm = work / "smolvla", work / "smolvlm2"
+    ckpt.mkdir(parents=True, exist_ok=True)
+    with torch.device("cpu"):
+        tensors = {k: torch.randn(v.shape) * 0.02 for k, v in real_size_smolvla_keys().items()}
+    save_file(tensors, str(ckpt / "model.safetensors"))
+    size = sum(t.numel() for t in tensors.values())
+    del tensors
+    from transformers import SmolVLMConfig
+
+    SmolVLMConfig(vision_config=dict(model_type="smolvlm_vision", hidden_size=768, intermediate_size=3072,
+                                     num_hidden_layers=12, num_attention_heads=12, image_size=512, patch_size=16),
+                  text_config=dict(model_type="llama", vocab_size=49280, hidden_size=960, intermediate_size=2560,
+                                   num_hidden_layers=32, num_attention_heads=15, num_key_value_heads=5, head_dim=64,
+                                   rms_norm_eps=1e-5), scale_factor=4).save_pretrained(str(vlm))
+    write_tokenizer(vlm)
+    norm_map = {"VISUAL": "IDENTITY", "STATE": "MEAN_STD", "ACTION": "MEAN_STD"}
+    feats = {"observation.images.top": {"type": "VISUAL", "shape": [3, 512, 512]},
+             "observation.state": {"type": "STATE", "shape": [5]}}
+    (ckpt / "config.json").write_text(__import__("json").dumps(
+        {"type": "smolvla", "input_features": feats, "output_features": {"action": {"type": "ACTION", "shape": [4]}},
+         "normalization_mapping": norm_map, "chunk_size": 50}))
+    write_processors(ckpt, norm_map)
+    imap = {"cameras": {"observation.images.top": "front"}, "state_indices": [0, 1, 2, 3, 4], "action_dim": 4,
+            "chunk_size": 50}
+    t = time.perf_counter()
+    policy = load_pretrained(ckpt, imap, vlm)
+    took = time.perf_counter() - t
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
+    print(f"smolvla: {size / 1e6:.0f} M checkpoint values; load_pretrained {took:.0f} s "
+          f"({policy.load_report.summary()}); peak RSS of the whole run {peak:.1f} GiB")
+
+
 if __name__ == "__main__":
     import argparse
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--latency", choices=[n for n in PRESETS if n != "openvla"])
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--load-smolvla", type=Path, metavar="WORK", help="time a strict load at SmolVLA's real size")
     args = ap.parse_args()
-    latency(args.latency, args.threads) if args.latency else main()
+    if args.load_smolvla:
+        load_time(args.load_smolvla)
+    else:
+        latency(args.latency, args.threads) if args.latency else main()
