@@ -39,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
 
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **loopback_env(100 + random.randrange(100), out / "dds"), "OMP_NUM_THREADS": "1",
+    domain = args.domain if args.domain is not None else 100 + random.randrange(100)
+    env = {**os.environ, **loopback_env(domain, out / "dds"), "OMP_NUM_THREADS": "1",
            "MUJOCO_GL": "egl", "PYTHONPATH": str(ROOT)}
     cli = [sys.executable, "-m", "embodied.cli"]
     demos = out / "demos"
@@ -81,14 +82,17 @@ def plot(args: argparse.Namespace) -> int:
         eps = [r for r in rows if r["kind"] == "episode"]
         label = Path(d).name
         ax1.plot([r["robot_time_s"] / 60 for r in ev], [r["success"] for r in ev], "o-", label=label)
-        ax2.plot([r["episode"] for r in eps], [r["intervention_rate"] for r in eps], ".", alpha=0.5, label=label)
+        k = 10  # intervened steps / steps over the last k episodes
+        ivr = [sum(r["interventions"] for r in eps[max(0, i - k + 1):i + 1])
+               / max(sum(r["steps"] for r in eps[max(0, i - k + 1):i + 1]), 1) for i in range(len(eps))]
+        ax2.plot([r["episode"] for r in eps], ivr, "-", label=label)
         print(json.dumps({"run": label, "evals": [(r["episode"], round(r["robot_time_s"] / 60, 2), r["success"]) for r in ev]}))
     ax1.set_xlabel("robot time on the twin (min, training and evaluation)")
     ax1.set_ylabel("success, held-out seeds (over DDS)")
     ax1.set_ylim(-0.02, 1.02)
     ax1.legend()
     ax2.set_xlabel("training episode")
-    ax2.set_ylabel("intervention rate")
+    ax2.set_ylabel("intervention rate (last 10 episodes)")
     ax2.set_ylim(-0.02, 1.02)
     fig.suptitle(args.title, fontsize=9)
     fig.tight_layout()
@@ -103,6 +107,8 @@ def main() -> int:
     r.add_argument("--out", required=True)
     r.add_argument("--operator", action="store_true")
     r.add_argument("--demos", type=int, default=4)
+    r.add_argument("--domain", type=int, help="ROS domain (default: random in 100..199); runs at the same "
+                                              "time need different ones")
     r.add_argument("--free-run", action="store_true", help="the twin steps at its own rate (20 Hz)")
     r.add_argument("--seed", type=int, default=0, help="the twin's seed stream, the actor's and the learner's")
     r.add_argument("overrides", nargs="*")
