@@ -49,7 +49,9 @@ def make_env(task: str, num_envs: int, **kwargs: Any) -> VecEnv:
     ("ms:PickCube-v1") are ManiSkill3 tasks (sims/maniskill, the `maniskill` extra); kwargs go to ManiSkillVecEnv
     (randomization and reality: the knobs of sims/maniskill/randomization.py).
     Names starting with "libero:" ("libero:libero_spatial/0", "libero:libero_spatial") are LIBERO
-    tasks (sims/libero, `make libero`); kwargs go to LiberoVecEnv."""
+    tasks (sims/libero, `make libero`); kwargs go to LiberoVecEnv. "wm:PATH" is a world model
+    trained by `embodied world-model train` (sims/world_model); of the kwargs it takes obs_mode
+    ("state" only), max_episode_steps, seed, keyframes and expected_task (the task it must model)."""
     if task.startswith("libero:"):  # LIBERO in its own venv (sims/libero, `make libero`)
         from sims.libero.env import LiberoVecEnv
         from sims.vecenv import EnvError
@@ -59,6 +61,17 @@ def make_env(task: str, num_envs: int, **kwargs: Any) -> VecEnv:
                 raise EnvError(f"env.{key}: domain randomisation is implemented for the MuJoCo tasks "
                                f"only; allowed for LIBERO tasks: null (docs/sim2real.md)")
         return LiberoVecEnv(task, num_envs, **{k: v for k, v in kwargs.items() if v is not None})
+    if task.startswith("wm:"):  # a learned world model (sims/world_model, docs/world_model.md)
+        from sims.world_model.env import WorldModelVecEnv
+        from sims.vecenv import EnvError
+
+        for key in ("randomization", "reality"):
+            if kwargs.pop(key, None) is not None:
+                raise EnvError(f"env.{key}: domain randomisation is implemented for the MuJoCo tasks "
+                               f"only; allowed for world models: null")
+        allowed = ("obs_mode", "expected_task", "max_episode_steps", "seed", "keyframes")
+        kwargs = {k: v for k, v in kwargs.items() if k in allowed and v is not None}
+        return WorldModelVecEnv(task[3:], num_envs, **kwargs)
     if task.startswith("ms:"):
         from sims.maniskill.env import ManiSkillVecEnv
 

@@ -1,0 +1,54 @@
+"""Save/load a world model: PATH/model.safetensors (weights, normalisation, reset states) and
+PATH/config.json (WorldModelConfig: the task, observation keys, sizes, thresholds; plus the
+reset states' instructions)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from pathlib import Path
+
+import torch
+
+from sims.vecenv import EnvError
+from sims.world_model.model import WorldModel, WorldModelConfig
+
+WEIGHTS, CONFIG = "model.safetensors", "config.json"
+
+
+def save_world_model(path: str | Path, model: WorldModel, resets: dict) -> Path:
+    """resets: {"x": float32 [N, P] reset vectors, "t": int64 [N] their frame index,
+    "instruction": list[str] of N}."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
+    tensors["resets.x"] = resets["x"].float().contiguous()
+    tensors["resets.t"] = resets["t"].long().contiguous()
+    save_file(tensors, str(path / WEIGHTS))
+    meta = {"config": model.cfg.to_dict(), "reset_instructions": list(resets["instruction"])}
+    (path / CONFIG).write_text(json.dumps(meta, indent=1))
+    return path
+
+
+def load_world_model(path: str | Path, task: str | None = None) -> tuple[WorldModel, dict]:
+    """(model in eval mode, resets); EnvError (one line) for a missing checkpoint or one
+    trained for another task than `task`."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not (path / CONFIG).is_file() or not (path / WEIGHTS).is_file():
+        raise EnvError(f"world model: {path} holds no {CONFIG} and {WEIGHTS}; train one with "
+                       "`embodied world-model train`")
+    meta = json.loads((path / CONFIG).read_text())
+    known = {f.name for f in fields(WorldModelConfig)}
+    cfg = WorldModelConfig(**{k: v for k, v in meta["config"].items() if k in known})
+    if task is not None and cfg.task != task:
+        raise EnvError(f"world model: {path} was trained on task {cfg.task!r}, not {task!r}")
+    tensors = load_file(str(path / WEIGHTS))
+    model = WorldModel(cfg)
+    model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
+    model.eval()
+    resets = {"x": tensors["resets.x"], "t": tensors["resets.t"], "instruction": meta["reset_instructions"]}
+    return model, resets

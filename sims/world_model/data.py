@@ -1,0 +1,90 @@
+"""LeRobot v3 episodes (as `embodied collect` writes them) into k-step training windows.
+
+An episode of L frames holds obs_t, the action a_t taken there, and the reward r_t and
+success s_t of that step; obs_{t+1} is the next frame, and the step after the last frame
+has no recorded next observation (its state loss is masked, its heads are trained).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from sims.vecenv import EnvError
+
+NEEDED = {"obs.privileged": "observation.environment_state", "action": "action", "reward": "next.reward",
+          "success": "next.success"}
+
+
+@dataclass
+class Episode:
+    x: torch.Tensor  # float32 [L, P] privileged vectors
+    a: torch.Tensor  # float32 [L, A]
+    r: torch.Tensor  # float32 [L]
+    s: torch.Tensor  # float32 [L] success of each step
+    d: torch.Tensor  # float32 [L] the episode ended (terminated) at this step
+    instruction: str
+
+
+def load_episodes(root: str | Path, task: str) -> tuple[list[Episode], dict]:
+    """The dataset's episodes and its env spec; EnvError (one line) for a missing or empty
+    dataset, another task's dataset, or a dataset without the needed columns."""
+    from embodied.dataset_read import read_episodes, read_meta
+
+    root = Path(root)
+    if not (root / "meta" / "info.json").is_file():
+        raise EnvError(f"dataset: {root} is not a LeRobot v3 dataset (no meta/info.json)")
+    meta = read_meta(root)
+    if meta["total_episodes"] == 0:
+        raise EnvError(f"dataset: {root} holds no episodes; collect some with `embodied collect`")
+    emb = meta.get("embodied", {})
+    if emb.get("task") not in (None, task):
+        raise EnvError(f"dataset: {root} was recorded on task {emb.get('task')!r}, the config says {task!r}")
+    spec = emb.get("spec", {})
+    horizon = int(spec.get("max_episode_steps", 0))
+    episodes = []
+    for ep in read_episodes(root):
+        missing = [k for k in NEEDED if k not in ep]
+        if missing:
+            raise EnvError(f"dataset: {root} has no {NEEDED[missing[0]]!r} column ({missing[0]}); "
+                           f"a world model needs {', '.join(NEEDED.values())}")
+        x = ep["obs.privileged"].float()
+        L = len(x)
+        s = ep["success"].float().reshape(L)
+        d = torch.zeros(L)
+        if bool(s[-1]) or (horizon and L < horizon):
+            d[-1] = 1.0
+        episodes.append(Episode(x, ep["action"].float(), ep["reward"].float().reshape(L), s, d,
+                                str(ep.get("instruction", ""))))
+    return episodes, spec
+
+
+def split(episodes: list[Episode], holdout: float, seed: int) -> tuple[list[Episode], list[Episode]]:
+    """(train, held-out) by episode; at least one of each when there are two or more."""
+    order = np.random.default_rng(seed).permutation(len(episodes))
+    n_hold = min(max(int(round(holdout * len(episodes))), 1), len(episodes) - 1) if len(episodes) > 1 else 0
+    return [episodes[i] for i in order[n_hold:]], [episodes[i] for i in order[:n_hold]]
+
+
+def windows(episodes: list[Episode], k: int) -> dict[str, torch.Tensor]:
+    """Every start t of every episode: x [N, k+1, P], a [N, k, A], r/s/d [N, k], masks
+    step_mask [N, k] (the step exists) and obs_mask [N, k] (its next observation exists)."""
+    out: dict[str, list[torch.Tensor]] = {n: [] for n in ("x", "a", "r", "s", "d", "step_mask", "obs_mask")}
+    for ep in episodes:
+        L = len(ep.x)
+        xs = torch.cat([ep.x, ep.x[-1:].expand(k + 1, -1)])  # padded; masked beyond the episode
+        pad = lambda v: torch.cat([v, torch.zeros(k, *v.shape[1:])])  # noqa: E731
+        a, r, s, d = pad(ep.a), pad(ep.r), pad(ep.s), pad(ep.d)
+        steps = torch.arange(k)
+        for t in range(L):
+            out["x"].append(xs[t:t + k + 1])
+            out["a"].append(a[t:t + k])
+            out["r"].append(r[t:t + k])
+            out["s"].append(s[t:t + k])
+            out["d"].append(d[t:t + k])
+            out["step_mask"].append((t + steps < L).float())
+            out["obs_mask"].append((t + steps + 1 < L).float())
+    return {n: torch.stack(v) for n, v in out.items()}

@@ -1,0 +1,165 @@
+"""WorldModelVecEnv: the simulators' VecEnv contract (obs_mode "state") on a learned model.
+
+Observations have the modelled task's keys and shapes: "state" (the first state_dim entries
+of the decoded privileged vector), "privileged", "instruction" (the reset frame's episode's).
+A reset draws a real frame of the training data: an episode's first frame, or with
+keyframe_every > 0 also a mid-trajectory keyframe (the episode clock then starts at that
+frame's index). Equal seeds give equal reset frames. A step advances every member of the
+ensemble from the env's latent; the next latent is their mean. A seeded reset also reseeds the
+stream that later auto-resets draw from.
+- terminated: the success head's probability > 0.5, or the done head's;
+- truncated: the task's horizon, or the ensemble disagreement above the checkpoint's
+  threshold (info["uncertain"] says which rows; info["disagreement"] holds its value);
+- reward: the reward head minus uncertainty_lambda * disagreement.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from sims.vecenv import ChunkStepResult, EnvError, EnvSpec, Obs, Seed, StepResult, VecEnv, check_action
+from sims.world_model.checkpoint import load_world_model
+from sims.world_model.rollout import encode_raw, mean_step
+
+
+class WorldModelVecEnv(VecEnv):
+    """path: a checkpoint of `embodied world-model train`. expected_task: if given, the task
+    the checkpoint must model. max_episode_steps: override the task's horizon. seed: seeds the
+    reset stream until the first seeded reset."""
+
+    def __init__(self, path: str, num_envs: int, *, obs_mode: str = "state", expected_task: str | None = None,
+                 max_episode_steps: int | None = None, seed: int | None = None, keyframes: bool = True):
+        if obs_mode != "state":
+            raise EnvError(f"obs_mode: {obs_mode!r} is not built for world models (no image decoder yet); "
+                           "allowed: state")
+        if not isinstance(num_envs, int) or num_envs < 1:
+            raise EnvError(f"num_envs: expected a positive integer, got {num_envs!r}")
+        self.model, self.resets = load_world_model(path, expected_task)
+        cfg = self.model.cfg
+        self.cfg = cfg
+        if not keyframes:
+            first = self.resets["t"] == 0
+            self.resets = {"x": self.resets["x"][first], "t": self.resets["t"][first],
+                           "instruction": [s for s, f in zip(self.resets["instruction"], first.tolist()) if f]}
+        self.spec = EnvSpec(task=f"wm:{path}", num_envs=num_envs, action_dim=cfg.action_dim,
+                            state_dim=cfg.state_dim, privileged_dim=cfg.privileged_dim,
+                            max_episode_steps=int(max_episode_steps or cfg.max_episode_steps),
+                            control_hz=cfg.control_hz)
+        B = num_envs
+        self._rng = np.random.default_rng(seed)
+        self._z = torch.zeros(B, cfg.latent)
+        self._x = torch.zeros(B, cfg.privileged_dim)
+        self._elapsed = np.zeros(B, dtype=np.int64)
+        self._instr = [""] * B
+        self.reset(seed=seed)
+
+    # -- observations -------------------------------------------------------------------------
+    def _obs(self, x: torch.Tensor, instr: list[str]) -> Obs:
+        x = x.float().clone()
+        return {"state": x[:, : self.spec.state_dim].clone(), "privileged": x, "instruction": list(instr)}
+
+    def _reset_rows(self, ids: np.ndarray, picks: np.ndarray) -> None:
+        x = self.resets["x"][torch.from_numpy(picks)]
+        self._x[ids] = x
+        self._z[ids] = encode_raw(self.model, x)
+        self._elapsed[ids] = self.resets["t"][torch.from_numpy(picks)].numpy()
+        for i, p in zip(ids.tolist(), picks.tolist()):
+            self._instr[i] = self.resets["instruction"][p]
+
+    def _pick(self, n: int, seed: Seed) -> np.ndarray:
+        N = len(self.resets["x"])
+        if seed is None:
+            return self._rng.integers(N, size=n)
+        seeds = [seed + k for k in range(n)] if isinstance(seed, (int, np.integer)) else list(seed)
+        if len(seeds) != n:
+            raise EnvError(f"seed: expected an int or {n} seeds (one per reset env), got {len(seeds)}")
+        self._rng = np.random.default_rng([int(s) % 2**32 for s in seeds] + [N])  # later auto-resets follow
+        return np.array([np.random.default_rng(int(s) % 2**32).integers(N) for s in seeds], dtype=np.int64)
+
+    def reset(self, seed: Seed = None, env_ids: torch.Tensor | None = None) -> tuple[Obs, dict]:
+        B = self.num_envs
+        if env_ids is None:
+            ids = np.arange(B)
+        else:
+            ids = np.asarray(torch.as_tensor(env_ids).reshape(-1).tolist(), dtype=np.int64)
+            if len(ids) and (ids.min() < 0 or ids.max() >= B):
+                raise EnvError(f"env_ids: expected indices in 0..{B - 1}, got {ids.tolist()}")
+        self._reset_rows(ids, self._pick(len(ids), seed))
+        return self._obs(self._x, self._instr), {}
+
+    # -- stepping ------------------------------------------------------------------------------
+    def _advance(self, a: torch.Tensor, rows: np.ndarray) -> dict[str, torch.Tensor]:
+        out = mean_step(self.model, self._z[rows], a)
+        self._z[rows], self._x[rows] = out["z"], out["x"]
+        self._elapsed[rows] += 1
+        success = out["success_p"] > 0.5
+        terminated = success | (out["done_p"] > 0.5)
+        uncertain = out["disagreement"] > self.cfg.disagreement_threshold
+        horizon = torch.from_numpy(self._elapsed[rows] >= self.spec.max_episode_steps)
+        truncated = (horizon | uncertain) & ~terminated
+        reward = out["reward"] - self.cfg.uncertainty_lambda * out["disagreement"]
+        return {"reward": reward.float(), "terminated": terminated, "truncated": truncated,
+                "success": success, "uncertain": uncertain & truncated,
+                "disagreement": out["disagreement"].float()}
+
+    def step(self, action: torch.Tensor) -> StepResult:
+        check_action(action, self.spec)
+        a = action.detach().float().clamp(self.spec.action_low, self.spec.action_high)
+        res = self._advance(a, np.arange(self.num_envs))
+        done = res["terminated"] | res["truncated"]
+        final = None
+        if done.any():
+            final = self._obs(self._x, self._instr)
+            ids = done.nonzero().flatten().numpy()
+            self._reset_rows(ids, self._pick(len(ids), None))
+        info = {k: res[k] for k in ("success", "uncertain", "disagreement")}
+        return StepResult(self._obs(self._x, self._instr), res["reward"], res["terminated"], res["truncated"],
+                          info, final)
+
+    def chunk_step(self, actions: torch.Tensor) -> ChunkStepResult:
+        check_action(actions, self.spec, chunk=True)
+        B, K = actions.shape[:2]
+        a = actions.detach().float().clamp(self.spec.action_low, self.spec.action_high)
+        reward, dis = torch.zeros(B, K), torch.zeros(B, K)
+        flags = {n: torch.zeros(B, K, dtype=torch.bool) for n in ("terminated", "truncated", "success",
+                                                                   "uncertain", "valid")}
+        live = np.ones(B, dtype=bool)
+        for k in range(K):
+            rows = np.nonzero(live)[0]
+            if len(rows) == 0:
+                break
+            res = self._advance(a[rows, k], rows)
+            reward[rows, k], dis[rows, k] = res["reward"], res["disagreement"]
+            for n in ("terminated", "truncated", "success", "uncertain"):
+                flags[n][rows, k] = res[n]
+            flags["valid"][rows, k] = True
+            live[rows[(res["terminated"] | res["truncated"]).numpy()]] = False
+        done = ~live
+        final = None
+        if done.any():
+            final = self._obs(self._x, self._instr)
+            ids = np.nonzero(done)[0]
+            self._reset_rows(ids, self._pick(len(ids), None))
+        info = {"success": flags["success"], "uncertain": flags["uncertain"], "disagreement": dis}
+        return ChunkStepResult(self._obs(self._x, self._instr), reward, flags["terminated"], flags["truncated"],
+                               info, flags["valid"], final)
+
+    # -- checkpointing -------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"latent": self._z.numpy().copy(), "privileged": self._x.numpy().copy(),
+                "elapsed": self._elapsed.copy(), "instructions": list(self._instr),
+                "rng": json.dumps(self._rng.bit_generator.state)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._z = torch.as_tensor(np.asarray(state["latent"])).float().clone()
+        self._x = torch.as_tensor(np.asarray(state["privileged"])).float().clone()
+        self._elapsed = np.asarray(state["elapsed"], dtype=np.int64).copy()
+        self._instr = [str(s) for s in state["instructions"]]
+        self._rng.bit_generator.state = json.loads(state["rng"])
+
+    def render(self, env_ids: Sequence[int] | None = None, camera: str | None = None) -> torch.Tensor:
+        raise EnvError("render: world models have no image decoder yet (obs_mode state only)")

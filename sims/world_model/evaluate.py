@@ -1,0 +1,75 @@
+"""The world model's quality report (`embodied world-model eval`), on held-out episodes.
+
+k-step error: from every frame t with a recorded frame t+k, the ensemble-mean rollout
+(what WorldModelVecEnv steps) under the recorded actions predicts x_{t+k}; its relative
+error is ||x_hat - x_{t+k}|| / ||x_{t+k}|| on the raw privileged vector, averaged over starts.
+The copy-last baseline predicts x_t. Success head: per step, the probability against the
+recorded success flag: AUROC, and at threshold 0.5 F1 and the false-positive rate.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from sims.world_model.data import Episode
+from sims.world_model.model import WorldModel
+from sims.world_model.rollout import encode_raw, mean_step
+
+
+@torch.no_grad()
+def kstep_errors(model: WorldModel, episodes: Sequence[Episode], k: int) -> dict[str, float]:
+    """{"model": mean relative error at k, "copy_last": the baseline's, "starts": n}."""
+    pred_err, base_err = [], []
+    for ep in episodes:
+        L = len(ep.x)
+        if L <= k:
+            continue
+        starts = torch.arange(L - k)
+        z = encode_raw(model, ep.x[starts])
+        for j in range(k):
+            out = mean_step(model, z, ep.a[starts + j])
+            z = out["z"]
+        target = ep.x[starts + k]
+        norm = target.norm(dim=-1).clamp(min=1e-6)
+        pred_err.append((out["x"] - target).norm(dim=-1) / norm)
+        base_err.append((ep.x[starts] - target).norm(dim=-1) / norm)
+    if not pred_err:
+        return {"model": float("nan"), "copy_last": float("nan"), "starts": 0}
+    p, b = torch.cat(pred_err), torch.cat(base_err)
+    return {"model": float(p.mean()), "copy_last": float(b.mean()), "starts": int(len(p))}
+
+
+def auroc(scores: np.ndarray, labels: np.ndarray) -> float:
+    """Area under the ROC curve (rank statistic, ties counted half); nan with one class only."""
+    from embodied.stats import rankdata
+
+    pos, neg = labels.astype(bool), ~labels.astype(bool)
+    if pos.sum() == 0 or neg.sum() == 0:
+        return float("nan")
+    ranks = rankdata(scores)
+    return float((ranks[pos].sum() - pos.sum() * (pos.sum() + 1) / 2) / (pos.sum() * neg.sum()))
+
+
+@torch.no_grad()
+def success_head_report(model: WorldModel, episodes: Sequence[Episode]) -> dict[str, float]:
+    """AUROC, F1 and false-positive rate of the success head, one-step from recorded frames
+    (the last step of an episode included: its next latent comes from the model)."""
+    probs, labels = [], []
+    for ep in episodes:
+        out = mean_step(model, encode_raw(model, ep.x), ep.a)
+        probs.append(out["success_p"])
+        labels.append(ep.s > 0.5)
+    p, y = torch.cat(probs).numpy(), torch.cat(labels).numpy()
+    pred = p > 0.5
+    tp, fp, fn = int((pred & y).sum()), int((pred & ~y).sum()), int((~pred & y).sum())
+    f1 = 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else float("nan")
+    return {"auroc": auroc(p, y), "f1": f1, "fpr": fp / max(int((~y).sum()), 1),
+            "positives": int(y.sum()), "steps": int(len(y))}
+
+
+def report(model: WorldModel, episodes: Sequence[Episode], ks: Sequence[int] = (1, 8, 32)) -> dict[str, Any]:
+    return {"episodes": len(episodes), "kstep": {str(k): kstep_errors(model, episodes, k) for k in ks},
+            "success_head": success_head_report(model, episodes)}

@@ -1,0 +1,96 @@
+"""The world model: encoder of the privileged vector into a latent, an ensemble of
+action-conditioned latent dynamics members (residual MLPs), a decoder back to the vector,
+and reward / success / done heads on the next latent.
+
+The privileged vector starts with the proprioceptive state (the simulators' contract), so
+decoding it gives both observation keys. Vectors are normalised with the training set's
+mean and std before encoding; the decoder predicts normalised vectors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+
+@dataclass
+class WorldModelConfig:
+    """Fields of configs/world_model_*.yaml (and of the checkpoint's config.json)."""
+
+    task: str = "PushCube"
+    dataset: str = ""  # LeRobot v3 dataset written by `embodied collect`
+    members: int = 5  # ensemble size (>= 5: the disagreement needs several members)
+    latent: int = 64
+    hidden: int = 256
+    horizon_k: int = 8  # steps of the autoregressive training loss
+    epochs: int = 200
+    batch_size: int = 256
+    lr: float = 1e-3
+    patience: int = 10  # epochs without a better held-out k-step error before stopping
+    holdout: float = 0.2  # fraction of episodes held out (early stopping, eval)
+    seed: int = 0
+    keyframe_every: int = 0  # > 0: resets also start at every n-th frame of the training episodes
+    uncertainty_lambda: float = 0.1  # reward = reward head - lambda * disagreement
+    uncertainty_margin: float = 3.0  # truncate when disagreement > margin * held-out 99th percentile
+    max_minutes: float = 60.0  # wall-clock cap on training
+    # filled by training (and stored in the checkpoint)
+    obs_keys: list[str] = field(default_factory=lambda: ["state", "privileged", "instruction"])
+    state_dim: int = 0
+    privileged_dim: int = 0
+    action_dim: int = 0
+    max_episode_steps: int = 0
+    control_hz: float = 20.0
+    disagreement_threshold: float = float("inf")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _mlp(inp: int, hidden: int, out: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(inp, hidden), nn.ELU(), nn.Linear(hidden, hidden), nn.ELU(),
+                         nn.Linear(hidden, out))
+
+
+class WorldModel(nn.Module):
+    """x: normalised privileged vectors [.., P]; a: actions [.., A]; z: latents [.., Z]."""
+
+    def __init__(self, cfg: WorldModelConfig):
+        super().__init__()
+        P, A, Z, H = cfg.privileged_dim, cfg.action_dim, cfg.latent, cfg.hidden
+        self.cfg = cfg
+        self.encoder = _mlp(P, H, Z)
+        self.members = nn.ModuleList(_mlp(Z + A, H, Z) for _ in range(cfg.members))
+        self.decoder = _mlp(Z, H, P)
+        self.heads = _mlp(Z + A, H, 3)  # reward, success logit, done logit of the transition
+        self.register_buffer("mean", torch.zeros(P))
+        self.register_buffer("std", torch.ones(P))
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean) / self.std
+
+    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.std + self.mean
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        return self.encoder(x)
+
+    def decode(self, z: torch.Tensor) -> torch.Tensor:
+        return self.decoder(z)
+
+    def step_members(self, z: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        """z [M, N, Z] (one latent per member) or [N, Z] (shared) -> next latents [M, N, Z]."""
+        if z.dim() == 2:
+            z = z.unsqueeze(0).expand(len(self.members), -1, -1)
+        return torch.stack([z[i] + f(torch.cat([z[i], a], dim=-1)) for i, f in enumerate(self.members)])
+
+    def head(self, z_next: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(reward, success logit, done logit) of the transition into z_next under a."""
+        out = self.heads(torch.cat([z_next, a], dim=-1))
+        return out[..., 0], out[..., 1], out[..., 2]
+
+    def disagreement(self, z_members: torch.Tensor) -> torch.Tensor:
+        """[M, N, Z] -> [N]: the members' std of the decoded (normalised) vectors, mean over dims."""
+        return self.decode(z_members).std(dim=0).mean(dim=-1)

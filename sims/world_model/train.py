@@ -1,0 +1,153 @@
+"""Training: a multi-step (autoregressive) loss over k-step windows, every member rolling its
+own latent from the encoded first frame; early stopping on the held-out k-step error.
+
+Every member trains on its own bootstrap resample of the windows. Loss per window = reconstruction of the first frame + sum over the k steps of the members'
+normalised state error (masked where the episode has no next frame) + reward MSE + BCE of
+the success and done heads. The held-out metric is the members' mean normalised k-step
+state error; the weights of its best epoch are kept. The uncertainty threshold is
+`uncertainty_margin` times the 99th percentile of the ensemble-mean rollout's disagreement
+over the held-out windows.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from sims.vecenv import EnvError
+from sims.world_model.data import Episode, load_episodes, split, windows
+from sims.world_model.model import WorldModel, WorldModelConfig
+from sims.world_model.rollout import mean_step
+
+
+def _check(cfg: WorldModelConfig) -> None:
+    for name, lo in (("members", 5), ("latent", 1), ("hidden", 1), ("horizon_k", 1), ("epochs", 1),
+                     ("batch_size", 1), ("patience", 1)):
+        if not isinstance(getattr(cfg, name), int) or getattr(cfg, name) < lo:
+            raise EnvError(f"world_model.{name}: expected an integer >= {lo}, got {getattr(cfg, name)!r}")
+    if not 0.0 < cfg.holdout < 1.0:
+        raise EnvError(f"world_model.holdout: expected a fraction in (0, 1), got {cfg.holdout!r}")
+    if not cfg.dataset:
+        raise EnvError("world_model.dataset: no dataset given; pass dataset=PATH (a LeRobot v3 dataset)")
+
+
+def window_loss(model: WorldModel, w: dict[str, torch.Tensor],
+                weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(training loss, per-window mean normalised k-step state error [N]) of windows w;
+    weights [M, N]: each member's bootstrap weight of each window (None: all 1)."""
+    x = model.normalize(w["x"])  # [N, k+1, P]
+    z0 = model.encode(x[:, 0])
+    loss = F.mse_loss(model.decode(z0), x[:, 0])
+    z, k = z0, w["a"].shape[1]
+    err = torch.zeros(len(x))
+    wm = torch.ones(len(model.members), len(x)) if weights is None else weights
+    for j in range(k):
+        a = w["a"][:, j]
+        z = model.step_members(z, a)  # [M, N, Z]
+        se = ((model.decode(z) - x[None, :, j + 1]) ** 2).mean(dim=-1)  # [M, N]
+        om, sm = w["obs_mask"][:, j] * wm, w["step_mask"][:, j] * wm
+        r, s, d = model.head(z, a.expand(len(z), -1, -1))
+        hl = (r - w["r"][:, j]) ** 2
+        hl = hl + F.binary_cross_entropy_with_logits(s, w["s"][:, j].expand_as(s), reduction="none")
+        hl = hl + F.binary_cross_entropy_with_logits(d, w["d"][:, j].expand_as(d), reduction="none")
+        loss = loss + (se * om).sum() / om.sum().clamp(min=1) + (hl * sm).sum() / sm.sum().clamp(min=1)
+        err = err + se.detach().mean(dim=0) * w["obs_mask"][:, j]
+    return loss, err / w["obs_mask"].sum(dim=1).clamp(min=1)
+
+
+def _fit_normalizer(model: WorldModel, train: list[Episode]) -> None:
+    x = torch.cat([ep.x for ep in train])
+    model.mean.copy_(x.mean(dim=0))
+    model.std.copy_(x.std(dim=0).clamp(min=1e-3))
+
+
+@torch.no_grad()
+def heldout_error(model: WorldModel, w: dict[str, torch.Tensor]) -> float:
+    return float(window_loss(model, w)[1].mean())
+
+
+@torch.no_grad()
+def disagreement_threshold(model: WorldModel, w: dict[str, torch.Tensor], margin: float) -> float:
+    z = model.encode(model.normalize(w["x"][:, 0]))
+    dis = []
+    for j in range(w["a"].shape[1]):
+        out = mean_step(model, z, w["a"][:, j])
+        dis.append(out["disagreement"][w["step_mask"][:, j] > 0])
+        z = out["z"]
+    return float(margin * torch.quantile(torch.cat(dis), 0.99))
+
+
+def resets_of(episodes: list[Episode], keyframe_every: int) -> dict[str, Any]:
+    """Reset states: every episode's first frame, plus every keyframe_every-th frame if > 0."""
+    xs, ts, instr = [], [], []
+    for ep in episodes:
+        frames = range(0, len(ep.x), keyframe_every) if keyframe_every > 0 else [0]
+        for t in frames:
+            xs.append(ep.x[t])
+            ts.append(t)
+            instr.append(ep.instruction)
+    return {"x": torch.stack(xs), "t": torch.tensor(ts, dtype=torch.int64), "instruction": instr}
+
+
+def train_world_model(cfg: WorldModelConfig, log=print) -> tuple[WorldModel, dict[str, Any], dict[str, Any]]:
+    """Train on cfg.dataset; return (best model, resets, summary)."""
+    _check(cfg)
+    torch.manual_seed(cfg.seed)
+    episodes, spec = load_episodes(cfg.dataset, cfg.task)
+    if len(episodes) < 2:
+        raise EnvError(f"dataset: {cfg.dataset} holds {len(episodes)} episode; a world model needs >= 2 "
+                       "(some are held out)")
+    ep0 = episodes[0]
+    cfg = replace(cfg, privileged_dim=ep0.x.shape[1], action_dim=ep0.a.shape[1],
+                  state_dim=int(spec.get("state_dim", ep0.x.shape[1])),
+                  max_episode_steps=int(spec.get("max_episode_steps", max(len(e.x) for e in episodes))),
+                  control_hz=float(spec.get("control_hz", 20.0)))
+    train, held = split(episodes, cfg.holdout, cfg.seed)
+    model = WorldModel(cfg)
+    _fit_normalizer(model, train)
+    wt, wh = windows(train, cfg.horizon_k), windows(held, cfg.horizon_k)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    best, best_state, bad, start, history = float("inf"), None, 0, time.monotonic(), []
+    n = len(wt["x"])
+    # bootstrap: member i sees window j boot[i, j] times (a resample with replacement), so the
+    # members agree where the data is dense and disagree away from it
+    boot = torch.stack([torch.bincount(torch.randint(n, (n,), generator=gen), minlength=n)
+                        for _ in range(cfg.members)]).float()
+    for epoch in range(cfg.epochs):
+        model.train()
+        for idx in torch.randperm(n, generator=gen).split(cfg.batch_size):
+            loss, _ = window_loss(model, {k: v[idx] for k, v in wt.items()}, boot[:, idx])
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
+            opt.step()
+        model.eval()
+        err = heldout_error(model, wh)
+        history.append(err)
+        if err < best:
+            best, bad = err, 0
+            best_state = {k: v.clone() for k, v in model.state_dict().items()}
+        else:
+            bad += 1
+        log(f"epoch {epoch}: train loss {loss.item():.4f}, held-out {cfg.horizon_k}-step error {err:.4f}")
+        if bad >= cfg.patience or time.monotonic() - start > 60 * cfg.max_minutes:
+            break
+    model.load_state_dict(best_state)
+    model.eval()
+    model.cfg = cfg = replace(cfg, disagreement_threshold=disagreement_threshold(model, wh, cfg.uncertainty_margin))
+    summary = {"epochs": len(history), "best_heldout_error": best, "history": history,
+               "train_episodes": len(train), "heldout_episodes": len(held),
+               "seconds": time.monotonic() - start, "disagreement_threshold": cfg.disagreement_threshold,
+               "stopped_early": len(history) < cfg.epochs}
+    return model, resets_of(train, cfg.keyframe_every), summary
+
+
+def heldout_episodes(cfg: WorldModelConfig) -> list[Episode]:
+    """The episodes training held out (same split: same dataset, holdout and seed)."""
+    episodes, _ = load_episodes(cfg.dataset, cfg.task)
+    return split(episodes, cfg.holdout, cfg.seed)[1]

@@ -1,0 +1,168 @@
+"""The world model (sims/world_model): the VecEnv contract suite on `wm:PATH`, a small model
+trained here on 30 PushCube expert episodes beating copy-last, uncertainty truncation on
+out-of-distribution actions, bit-identical save/load, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import test_sims_contract as contract
+import torch
+
+from sims.registry import expert_for, make_env
+from sims.vecenv import EnvError
+from sims.world_model.checkpoint import load_world_model, save_world_model
+from sims.world_model.evaluate import kstep_errors, report
+from sims.world_model.model import WorldModelConfig
+from sims.world_model.train import heldout_episodes, train_world_model
+
+SMALL = dict(hidden=64, latent=32, horizon_k=4, epochs=30, patience=5, batch_size=128)
+
+
+@pytest.fixture(scope="module")
+def trained(build_once):
+    """(checkpoint, the contract checkpoint without uncertainty truncation, dataset)."""
+    from embodied.collect import collect_demos
+
+    data = build_once("wm_pushcube_30", lambda p: collect_demos("PushCube", 30, p, seed=0))
+
+    def build(path):
+        torch.manual_seed(0)
+        model, resets, _ = train_world_model(WorldModelConfig(task="PushCube", dataset=str(data), **SMALL),
+                                             log=lambda *a: None)
+        save_world_model(path / "wm", model, resets)
+        shutil.copytree(path / "wm", path / "wm_contract")
+        meta = json.loads((path / "wm_contract" / "config.json").read_text())
+        meta["config"]["disagreement_threshold"] = float("inf")
+        (path / "wm_contract" / "config.json").write_text(json.dumps(meta))
+
+    root = build_once("wm_pushcube_model", build)
+    return root / "wm", root / "wm_contract", data
+
+
+@pytest.fixture
+def task(trained):
+    return f"wm:{trained[1]}"
+
+
+# The contract suite of tests/test_sims_contract.py, run on the world model.
+def test_contract_state_obs_shapes(task):
+    contract.test_state_obs_shapes(task)
+
+
+def test_contract_truncation_and_auto_reset(task):
+    contract.test_truncation_and_auto_reset(task)
+
+
+def test_contract_seeding(task):
+    contract.test_seeding(task)
+
+
+def test_contract_determinism(task):
+    contract.test_determinism(task)
+
+
+def test_contract_chunk_step(task):
+    contract.test_chunk_step(task)
+
+
+def test_contract_chunk_equals_steps(task):
+    contract.test_chunk_equals_steps(task)
+
+
+def test_contract_state_dict_round_trip(task, tmp_path):
+    contract.test_state_dict_round_trip(task, tmp_path)
+
+
+def test_beats_copy_last(trained):
+    model, _ = load_world_model(trained[0], task="PushCube")
+    held = heldout_episodes(model.cfg)
+    err = kstep_errors(model, held, 4)
+    assert err["starts"] > 20 and err["model"] < 0.9 * err["copy_last"], err
+    rep = report(model, held, ks=(1, 4))
+    assert rep["success_head"]["auroc"] > 0.8 and rep["success_head"]["fpr"] < 0.2, rep
+
+
+def test_reset_from_dataset_frames(trained):
+    env = make_env(f"wm:{trained[0]}", 4)
+    _, resets = load_world_model(trained[0])
+    obs, _ = env.reset(seed=[0, 1, 2, 3])
+    for row in obs["privileged"]:
+        assert (resets["x"] == row).all(dim=1).any()  # a real initial frame
+    assert set(obs["instruction"]) <= set(resets["instruction"])
+
+
+def test_uncertainty_truncation_on_out_of_distribution_actions(trained):
+    """Driving the gripper straight up (the experts never go above 7 cm) leaves the data:
+    the ensemble disagrees and the episodes are truncated sooner than under the expert."""
+    first = {}
+    for name in ("expert", "up"):
+        env = make_env(f"wm:{trained[0]}", 16)
+        obs, _ = env.reset(seed=0)
+        expert = expert_for("PushCube")
+        stop = torch.full((16,), 99)
+        for t in range(30):
+            act = (torch.from_numpy(expert(obs["privileged"].numpy())) if name == "expert"
+                   else torch.tensor([[0.0, 0.0, 1.0, 1.0]]).expand(16, 4))
+            r = env.step(act)
+            fresh = (stop == 99) & r.done
+            assert torch.equal(r.info["uncertain"], r.truncated & (r.info["disagreement"] >
+                                                                  env.cfg.disagreement_threshold))
+            stop[fresh & r.info["uncertain"]] = t
+            stop[fresh & ~r.info["uncertain"]] = 100 + t  # ended otherwise
+            obs = r.obs
+        first[name] = stop
+    assert (first["up"] < 99).float().mean() >= 0.75, first
+    assert first["up"].float().median() < first["expert"].clamp(max=99).float().median(), first
+
+
+def test_save_load_bit_identical(trained, tmp_path):
+    model, resets = load_world_model(trained[0])
+    save_world_model(tmp_path / "again", model, resets)
+    model2, resets2 = load_world_model(tmp_path / "again")
+    for (k, v), (k2, v2) in zip(model.state_dict().items(), model2.state_dict().items()):
+        assert k == k2 and torch.equal(v, v2), k
+    assert torch.equal(resets["x"], resets2["x"]) and resets["instruction"] == resets2["instruction"]
+    assert (tmp_path / "again" / "model.safetensors").read_bytes() == (trained[0] / "model.safetensors").read_bytes()
+    envs = [make_env(f"wm:{p}", 3) for p in (trained[0], tmp_path / "again")]
+    acts = torch.rand(5, 3, 4) * 2 - 1
+    obs = [e.reset(seed=4)[0] for e in envs]
+    for a in acts:
+        ra, rb = (e.step(a) for e in envs)
+        contract._assert_obs_equal(ra.obs, rb.obs)
+        assert torch.equal(ra.reward, rb.reward)
+    assert obs
+
+
+def _one_line(fn, *words):
+    with pytest.raises(EnvError) as err:
+        fn()
+    msg = str(err.value)
+    assert "\n" not in msg and all(w in msg for w in words), msg
+
+
+def test_bad_input(trained, tmp_path):
+    from embodied.dataset import EpisodeWriter
+
+    path, _, data = trained
+    _one_line(lambda: make_env(f"wm:{path}", 2, obs_mode="rgb"), "obs_mode", "state")
+    _one_line(lambda: make_env(f"wm:{path}", 2, expected_task="Reach"), "PushCube", "Reach")
+    _one_line(lambda: make_env(f"wm:{tmp_path}", 2), "config.json")
+    cfg = dict(task="PushCube", **SMALL)
+    _one_line(lambda: train_world_model(WorldModelConfig(dataset=str(tmp_path), **cfg)), "dataset", "info.json")
+    _one_line(lambda: train_world_model(WorldModelConfig(dataset="", **cfg)), "dataset")
+    _one_line(lambda: train_world_model(WorldModelConfig(dataset=str(data), **{**cfg, "members": 3})), "members")
+    _one_line(lambda: train_world_model(WorldModelConfig(dataset=str(data), **{**cfg, "task": "Reach"})),
+              "PushCube", "Reach")
+    no_reward = tmp_path / "no_reward"  # a dataset without the reward column
+    writer = EpisodeWriter(no_reward, "PushCube", {"control_hz": 20.0, "max_episode_steps": 50})
+    for seed in range(2):
+        writer.add({"obs.privileged": torch.zeros(5, 32), "action": torch.zeros(5, 4),
+                    "success": torch.zeros(5, dtype=torch.bool)}, "push", seed)
+    _one_line(lambda: train_world_model(WorldModelConfig(dataset=str(no_reward), **cfg)), "next.reward")
+    env = make_env(f"wm:{path}", 2)
+    _one_line(lambda: env.step(torch.zeros(2, 3)), "action", "shape")
+    _one_line(lambda: env.reset(seed=[1, 2, 3]), "seed")
+    _one_line(lambda: env.reset(env_ids=torch.tensor([0, 2])), "env_ids")
