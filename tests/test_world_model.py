@@ -166,3 +166,19 @@ def test_bad_input(trained, tmp_path):
     _one_line(lambda: env.step(torch.zeros(2, 3)), "action", "shape")
     _one_line(lambda: env.reset(seed=[1, 2, 3]), "seed")
     _one_line(lambda: env.reset(env_ids=torch.tensor([0, 2])), "env_ids")
+
+
+def test_cli_train_and_eval(trained, tmp_path, capsys):
+    from embodied.cli import main
+
+    out = tmp_path / "cli"
+    assert main(["world-model", "train", "world_model_pushcube", f"dataset={trained[2]}", "hidden=32",
+                 "latent=16", "horizon_k=2", "epochs=2", "--out", str(out)]) == 0
+    assert (out / "config.json").is_file() and (out / "report.json").is_file()
+    capsys.readouterr()
+    assert main(["world-model", "eval", str(out), "--ks", "1,4,200"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["task"] == "PushCube" and rep["kstep"]["4"]["starts"] > 0
+    assert rep["kstep"]["200"]["model"] is None  # no episode is that long
+    assert main(["world-model", "train", "world_model_pushcube", "bogus=1"]) == 2
+    assert "world_model.bogus" in capsys.readouterr().err

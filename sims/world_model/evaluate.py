@@ -2,7 +2,8 @@
 
 k-step error: from every frame t with a recorded frame t+k, the ensemble-mean rollout
 (what WorldModelVecEnv steps) under the recorded actions predicts x_{t+k}; its relative
-error is ||x_hat - x_{t+k}|| / ||x_{t+k}|| on the raw privileged vector, averaged over starts.
+error is ||x_hat - x_{t+k}|| / ||x_{t+k}|| on the raw privileged vector (and on its state part),
+averaged over starts; episodes shorter than k + 1 frames add no start.
 The copy-last baseline predicts x_t. Success head: per step, the probability against the
 recorded success flag: AUROC, and at threshold 0.5 F1 and the false-positive rate.
 """
@@ -20,9 +21,11 @@ from sims.world_model.rollout import encode_raw, mean_step
 
 
 @torch.no_grad()
-def kstep_errors(model: WorldModel, episodes: Sequence[Episode], k: int) -> dict[str, float]:
-    """{"model": mean relative error at k, "copy_last": the baseline's, "starts": n}."""
-    pred_err, base_err = [], []
+def kstep_errors(model: WorldModel, episodes: Sequence[Episode], k: int) -> dict[str, Any]:
+    """{"model", "copy_last": mean relative error at k of the privileged vector; "model_state",
+    "copy_last_state": of the state (its first state_dim entries); "starts": n}."""
+    S = model.cfg.state_dim
+    errs: dict[str, list[torch.Tensor]] = {"model": [], "copy_last": [], "model_state": [], "copy_last_state": []}
     for ep in episodes:
         L = len(ep.x)
         if L <= k:
@@ -33,13 +36,14 @@ def kstep_errors(model: WorldModel, episodes: Sequence[Episode], k: int) -> dict
             out = mean_step(model, z, ep.a[starts + j])
             z = out["z"]
         target = ep.x[starts + k]
-        norm = target.norm(dim=-1).clamp(min=1e-6)
-        pred_err.append((out["x"] - target).norm(dim=-1) / norm)
-        base_err.append((ep.x[starts] - target).norm(dim=-1) / norm)
-    if not pred_err:
-        return {"model": float("nan"), "copy_last": float("nan"), "starts": 0}
-    p, b = torch.cat(pred_err), torch.cat(base_err)
-    return {"model": float(p.mean()), "copy_last": float(b.mean()), "starts": int(len(p))}
+        for suffix, cut in (("", None), ("_state", S)):
+            t = target[:, :cut]
+            norm = t.norm(dim=-1).clamp(min=1e-6)
+            errs["model" + suffix].append((out["x"][:, :cut] - t).norm(dim=-1) / norm)
+            errs["copy_last" + suffix].append((ep.x[starts][:, :cut] - t).norm(dim=-1) / norm)
+    if not errs["model"]:
+        return {**{n: float("nan") for n in errs}, "starts": 0}
+    return {**{n: float(torch.cat(v).mean()) for n, v in errs.items()}, "starts": int(len(torch.cat(errs["model"])))}
 
 
 def auroc(scores: np.ndarray, labels: np.ndarray) -> float:
@@ -70,6 +74,12 @@ def success_head_report(model: WorldModel, episodes: Sequence[Episode]) -> dict[
             "positives": int(y.sum()), "steps": int(len(y))}
 
 
+def _null_nan(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: None if isinstance(v, float) and v != v else v for k, v in d.items()}
+
+
 def report(model: WorldModel, episodes: Sequence[Episode], ks: Sequence[int] = (1, 8, 32)) -> dict[str, Any]:
-    return {"episodes": len(episodes), "kstep": {str(k): kstep_errors(model, episodes, k) for k in ks},
-            "success_head": success_head_report(model, episodes)}
+    """The quality report; a metric that has no data (k longer than every episode, one class
+    only) is None."""
+    return {"episodes": len(episodes), "kstep": {str(k): _null_nan(kstep_errors(model, episodes, k)) for k in ks},
+            "success_head": _null_nan(success_head_report(model, episodes))}

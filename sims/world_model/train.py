@@ -1,7 +1,8 @@
 """Training: a multi-step (autoregressive) loss over k-step windows, every member rolling its
 own latent from the encoded first frame; early stopping on the held-out k-step error.
 
-Every member trains on its own bootstrap resample of the windows. Loss per window = reconstruction of the first frame + sum over the k steps of the members'
+Every member trains on its own bootstrap resample of the windows.
+Loss per window = reconstruction of the first frame + sum over the k steps of the members'
 normalised state error (masked where the episode has no next frame) + reward MSE + BCE of
 the success and done heads. The held-out metric is the members' mean normalised k-step
 state error; the weights of its best epoch are kept. The uncertainty threshold is
