@@ -172,7 +172,7 @@ def test_cli_train_and_eval(trained, tmp_path, capsys):
     from embodied.cli import main
 
     out = tmp_path / "cli"
-    assert main(["world-model", "train", "world_model_pushcube", f"dataset={trained[2]}", "hidden=32",
+    assert main(["world-model", "train", "world_model/pushcube", f"dataset={trained[2]}", "hidden=32",
                  "latent=16", "horizon_k=2", "epochs=2", "--out", str(out)]) == 0
     assert (out / "config.json").is_file() and (out / "report.json").is_file()
     capsys.readouterr()
@@ -180,5 +180,5 @@ def test_cli_train_and_eval(trained, tmp_path, capsys):
     rep = json.loads(capsys.readouterr().out)
     assert rep["task"] == "PushCube" and rep["kstep"]["4"]["starts"] > 0
     assert rep["kstep"]["200"]["model"] is None  # no episode is that long
-    assert main(["world-model", "train", "world_model_pushcube", "bogus=1"]) == 2
+    assert main(["world-model", "train", "world_model/pushcube", "bogus=1"]) == 2
     assert "world_model.bogus" in capsys.readouterr().err

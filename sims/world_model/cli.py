@@ -12,7 +12,7 @@ def world_model_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="wm_command", required=True)
     t = sub.add_parser("train", help="train a world model on a LeRobot v3 dataset (docs/world_model.md)")
     t.add_argument("config", help="YAML of WorldModelConfig fields (path or name in configs/), "
-                                  "e.g. world_model_pushcube")
+                                  "e.g. world_model/pushcube")
     t.add_argument("overrides", nargs="*", help="key=value overrides, e.g. dataset=data/push epochs=50")
     t.add_argument("--out", default=None, help="checkpoint folder (default runs/world_model/<task>)")
     t.set_defaults(fn=cmd_world_model_train)
