@@ -182,3 +182,30 @@ def test_cli_train_and_eval(trained, tmp_path, capsys):
     assert rep["kstep"]["200"]["model"] is None  # no episode is that long
     assert main(["world-model", "train", "world_model/pushcube", "bogus=1"]) == 2
     assert "world_model.bogus" in capsys.readouterr().err
+
+
+def test_keyframe_resets(trained, tmp_path):
+    """keyframe_every > 0: resets also start mid-trajectory, with the episode clock at the
+    keyframe's index (so fewer steps remain before the horizon)."""
+    cfg = WorldModelConfig(task="PushCube", dataset=str(trained[2]), keyframe_every=4,
+                           **{**SMALL, "epochs": 1})
+    model, resets, _ = train_world_model(cfg, log=lambda *a: None)
+    save_world_model(tmp_path / "kf", model, resets)
+    meta = json.loads((tmp_path / "kf" / "config.json").read_text())
+    meta["config"]["disagreement_threshold"] = float("inf")
+    (tmp_path / "kf" / "config.json").write_text(json.dumps(meta))
+    assert (resets["t"] > 0).any() and (resets["t"] % 4 == 0).all()
+    env = make_env(f"wm:{tmp_path / 'kf'}", 64, max_episode_steps=10)
+    env.reset(seed=0)
+    start = torch.from_numpy(env._elapsed.copy())  # the reset frames' indices
+    assert (start > 0).any() and (start == 0).any()
+    end = torch.full((64,), -1)
+    for t in range(10):
+        r = env.step(torch.zeros(64, 4))
+        end[(end < 0) & r.truncated] = t + 1
+        end[(end < 0) & r.terminated] = 0  # ended by a head: not a horizon check
+    by_horizon = end > 0
+    assert (by_horizon & (start > 0)).any()
+    assert torch.equal(end[by_horizon], (10 - start[by_horizon]).clamp(min=1))
+    first_only = make_env(f"wm:{tmp_path / 'kf'}", 8, keyframes=False)
+    assert (first_only.reset(seed=0)[0]["privileged"][:, None] == resets["x"][resets["t"] == 0]).all(-1).any(1).all()
