@@ -322,6 +322,10 @@ def test_every_shipped_config_loads():
     for path in configs:
         if path.stem.startswith("sft_"):
             load_sft_config(path)
+        elif path.stem.startswith("finetune_"):  # on-robot RL (embodied finetune-robot)
+            from embodied.robot_rl.config import load_finetune_config
+
+            load_finetune_config(path)
         elif path.stem == "demo" or path.stem.startswith(("pipeline_", "lift_")):
             run_dir, collect, sft, rl = load_pipeline(path)
             assert rl.policy.init_from == str(run_dir / "sft" / "final") and sft.dataset == str(run_dir / "data")
