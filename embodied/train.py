@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -45,6 +45,32 @@ def build_algorithm(cfg: ExperimentConfig, env: VecEnv, policy: Any) -> tuple[An
         collector = GroupCollector(env, policy, cfg.grpo.group_size, seed=cfg.train.seed)
         return collector, GRPOLearner(policy, cfg.ppo, cfg.grpo)
     return RolloutCollector(env, policy, cfg.ppo.rollout_steps), PPOLearner(policy, cfg.ppo)
+
+
+def end_iteration(cfg: ExperimentConfig, it: int, env_steps: int, policy: Any, eval_env: VecEnv,
+                  seeds: list[int], logger: Logger, summary: dict[str, Any], state: Callable[[], dict],
+                  result: EvalResult | None) -> EvalResult | None:
+    """What ends iteration `it` in both training loops (this file's and the roles',
+    embodied/distributed/trainer.py): an evaluation every train.eval_every iterations and at
+    the last one (with the video there), a checkpoint of the policy and state() every
+    train.save_every and at the last. Updates `summary`; returns the latest evaluation."""
+    tc = cfg.train
+    run_dir = Path(tc.run_dir)
+    last = env_steps >= tc.total_steps
+    if (tc.eval_every and it % tc.eval_every == 0) or last:
+        video = run_dir / "videos" / f"iter_{it:06d}.mp4" if (last and tc.video_episodes) else None
+        result = evaluate(policy, eval_env, seeds, video_path=video, video_episodes=tc.video_episodes)
+        logger.log("eval", result.as_dict(), env_steps)
+        summary.setdefault("eval_curve", []).append((env_steps, result.success_rate))
+        logger.print(f"iter {it} step {env_steps}: eval success {result.success_rate:.2f}")
+    if (tc.save_every and it % tc.save_every == 0) or last:
+        if result is not None:
+            summary["success_after"] = result.success_rate
+            summary["video"] = str(result.video) if result.video else summary.get("video")
+        meta = {"config": to_dict(cfg), "iteration": it, "env_steps": env_steps, "summary": summary}
+        ckpt = save_checkpoint(run_dir / "checkpoints", f"iter_{it:06d}", policy, state(), meta)
+        summary["checkpoint"] = str(ckpt)
+    return result
 
 
 def train(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, Any]:
@@ -91,6 +117,10 @@ def train(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, 
     logger = Logger(run_dir / "tb", tc.total_steps, env_steps, tc.progress)
     logger.print(f"run {run_dir}: {tc.algorithm} on {cfg.env.task}, {env.num_envs} envs, {tc.total_steps} env "
                  f"steps; success before training {summary['success_before']:.2f}")
+    def trainer_state() -> dict[str, Any]:
+        return {"learner": learner.state_dict(), "env": env.state_dict(), "collector": collector.state_dict(),
+                "torch_rng": torch.get_rng_state()}
+
     result: EvalResult | None = None
     t_start = time.time()
     while env_steps < tc.total_steps:
@@ -113,22 +143,7 @@ def train(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, 
         logger.progress(new_steps, rollout_success=rollout.get("success_rate", float("nan")),
                         kl=stats.get("approx_kl", 0.0))
 
-        last = env_steps >= tc.total_steps
-        if (tc.eval_every and it % tc.eval_every == 0) or last:
-            video = run_dir / "videos" / f"iter_{it:06d}.mp4" if (last and tc.video_episodes) else None
-            result = evaluate(policy, eval_env, seeds, video_path=video, video_episodes=tc.video_episodes)
-            logger.log("eval", result.as_dict(), env_steps)
-            summary.setdefault("eval_curve", []).append((env_steps, result.success_rate))
-            logger.print(f"iter {it} step {env_steps}: eval success {result.success_rate:.2f}")
-        if (tc.save_every and it % tc.save_every == 0) or last:
-            if result is not None:
-                summary["success_after"] = result.success_rate
-                summary["video"] = str(result.video) if result.video else summary.get("video")
-            trainer_state = {"learner": learner.state_dict(), "env": env.state_dict(),
-                             "collector": collector.state_dict(), "torch_rng": torch.get_rng_state()}
-            meta = {"config": to_dict(cfg), "iteration": it, "env_steps": env_steps, "summary": summary}
-            ckpt = save_checkpoint(run_dir / "checkpoints", f"iter_{it:06d}", policy, trainer_state, meta)
-            summary["checkpoint"] = str(ckpt)
+        result = end_iteration(cfg, it, env_steps, policy, eval_env, seeds, logger, summary, trainer_state, result)
     logger.close()
     env.close()
     eval_env.close()

@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from embodied.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from embodied.config import ExperimentConfig, to_dict
+from embodied.checkpoint import CheckpointError, load_checkpoint
+from embodied.config import ExperimentConfig
 from embodied.distributed.backend import make_backend
 from embodied.distributed.collect import ShardedCollector
 from embodied.distributed.loop import build_roles
@@ -68,7 +68,7 @@ def load_roles_state(backend: Any, collector: ShardedCollector, learners: list[A
 def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, Any]:
     """embodied/train.py's train() for a config with train.backend / train.placement set: the
     same summary, checkpoints, TensorBoard sections and evaluation."""
-    from embodied.train import build_env, eval_seeds  # late: train.py imports this module lazily too
+    from embodied.train import build_env, end_iteration, eval_seeds  # late: train.py imports this module lazily too
 
     tc = cfg.train
     run_dir = Path(tc.run_dir)
@@ -110,6 +110,9 @@ def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) ->
                      f"{placement.env.count} env workers, {placement.stages} stage(s), {placement.learner.count} "
                      f"learner(s), backend {backend_name}; {tc.total_steps} env steps; success before training "
                      f"{summary['success_before']:.2f}")
+        def roles() -> dict[str, Any]:
+            return {**roles_state(b, collector, learners), "torch_rng": torch.get_rng_state()}
+
         result: EvalResult | None = None
         t_start = time.time()
         while env_steps < tc.total_steps:
@@ -134,21 +137,7 @@ def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) ->
             logger.progress(batch.env_steps, rollout_success=rollout.get("success_rate", float("nan")),
                             kl=stats.get("approx_kl", 0.0))
 
-            last = env_steps >= tc.total_steps
-            if (tc.eval_every and it % tc.eval_every == 0) or last:
-                video = run_dir / "videos" / f"iter_{it:06d}.mp4" if (last and tc.video_episodes) else None
-                result = evaluate(policy, eval_env, seeds, video_path=video, video_episodes=tc.video_episodes)
-                logger.log("eval", result.as_dict(), env_steps)
-                summary.setdefault("eval_curve", []).append((env_steps, result.success_rate))
-                logger.print(f"iter {it} step {env_steps}: eval success {result.success_rate:.2f}")
-            if (tc.save_every and it % tc.save_every == 0) or last:
-                if result is not None:
-                    summary["success_after"] = result.success_rate
-                    summary["video"] = str(result.video) if result.video else summary.get("video")
-                state = {**roles_state(b, collector, learners), "torch_rng": torch.get_rng_state()}
-                meta = {"config": to_dict(cfg), "iteration": it, "env_steps": env_steps, "summary": summary}
-                ckpt = save_checkpoint(run_dir / "checkpoints", f"iter_{it:06d}", policy, state, meta)
-                summary["checkpoint"] = str(ckpt)
+            result = end_iteration(cfg, it, env_steps, policy, eval_env, seeds, logger, summary, roles, result)
         logger.close()
     finally:
         if eval_env is not None:
