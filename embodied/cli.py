@@ -71,6 +71,20 @@ def cmd_collect(args: argparse.Namespace) -> int:
     from embodied.collect import collect_demos
 
     cameras = [c.strip() for c in args.cameras.split(",")] if args.cameras is not None else None
+    if args.policy:
+        from embodied.collect_policy import collect_policy_rollouts
+        from sims.vecenv import EnvError
+
+        if args.noise:
+            raise EnvError("--noise is DART noise on the expert's actions; with --policy the policy samples its own")
+        summary = collect_policy_rollouts(args.policy, args.episodes, args.out, task=args.task, seed=args.seed,
+                                          deterministic=args.deterministic, num_envs=args.num_envs,
+                                          # the checkpoint's env unless rgb is asked for here
+                                          obs_mode="rgb" if args.obs_mode == "rgb" else None,
+                                          image_size=args.image_size if args.obs_mode == "rgb" else None,
+                                          cameras=cameras)
+        print(json.dumps(summary, indent=1))
+        return 0
     summary = collect_demos(args.task, args.episodes, args.out, seed=args.seed, obs_mode=args.obs_mode,
                             image_size=args.image_size, num_envs=args.num_envs, cameras=cameras,
                             noise=args.noise)
@@ -161,6 +175,9 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--noise", type=float, default=0.0, metavar="SIGMA",
                    help="DART noise: execute expert action + N(0, SIGMA^2) clipped to [-1, 1], "
                         "record the clean expert action")
+    c.add_argument("--policy", metavar="CHECKPOINT", help="record this trained policy's rollouts (all episodes, "
+                   "with rewards and success) instead of the expert's demos")
+    c.add_argument("--deterministic", action="store_true", help="with --policy: the policy's mean action, not samples")
     c.set_defaults(fn=cmd_collect)
     from robot_bridge.cli_args import robot_sim_arguments, serve_arguments
 

@@ -6,6 +6,10 @@ dataset records the clean expert action (computed from the state the noise led t
 label. The demonstrations then cover small deviations from the expert's path and show how
 to recover from them. Rewards and success are those of the executed (noisy) actions.
 
+Two action columns: `action` is the clean expert label, which SFT reads; `executed_action`
+(complementary_info.executed_action) is what the env executed, which the world model reads
+(the dynamics of a step are those of the executed action). Without noise they are equal.
+
 `expert_speed` < 1 scales the expert's motion (not its gripper command): a slower
 demonstrator. On Reach its imitation is steadier (few-shot SFT at 0.2x speed started at
 0.30-0.56 where the full-speed expert's started at 0.20-0.27; docs/benchmarks.md).
@@ -53,9 +57,9 @@ def collect_demos(task: str, episodes: int, out: str | Path, seed: int = 0, obs_
     Env k of batch j starts from seed + j * num_envs + k, so a dataset is
     reproducible. With only_success, failed expert episodes are skipped.
     cameras: with obs_mode "rgb", the cameras recorded (default ("front",)); one mp4 per
-    camera and episode. noise: std of the DART noise added to the executed actions (the
-    recorded action stays the expert's; see the module doc); drawn from a generator seeded
-    with `seed`.
+    camera and episode. noise: std of the DART noise added to the executed actions (`action`
+    stays the expert's, `executed_action` is the noisy one; see the module doc); drawn from a
+    generator seeded with `seed`.
     """
     cams = _check(episodes, obs_mode, cameras, noise)
     if not isinstance(expert_speed, (int, float)) or not 0.0 < expert_speed <= 1.0:
@@ -89,7 +93,8 @@ def collect_demos(task: str, episodes: int, out: str | Path, seed: int = 0, obs_
         res = env.step(executed)
         for i in range(B):
             buffers[i].append({**{f"obs.{k}": v[i] for k, v in obs.items() if torch.is_tensor(v)},
-                               "action": action[i], "reward": res.reward[i], "success": res.info["success"][i]})
+                               "action": action[i], "executed_action": executed[i], "reward": res.reward[i],
+                               "success": res.info["success"][i]})
         for i in res.done.nonzero().flatten().tolist():
             steps, buffers[i] = buffers[i], []
             attempted += 1

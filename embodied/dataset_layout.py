@@ -31,7 +31,10 @@ FEATURE_NAMES = {"obs.state": "observation.state", "obs.privileged": "observatio
                  # on-robot finetuning (embodied/robot_rl): LeRobot's HIL-SERL records interventions
                  # under complementary_info too
                  "intervened": "complementary_info.is_intervention",
-                 "weight_version": "complementary_info.weight_version"}
+                 "weight_version": "complementary_info.weight_version",
+                 # DART demos (embodied/collect.py): `action` is the expert's clean label (SFT reads
+                 # it); the noisy action the env executed is here (the world model reads it)
+                 "executed_action": "complementary_info.executed_action"}
 IMAGE_PREFIX = "obs.rgb_"
 VIDEO_PREFIX = "observation.images."
 # LeRobot's default tolerance between a frame's timestamp and the video frame it names (s).

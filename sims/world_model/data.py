@@ -3,6 +3,11 @@
 An episode of L frames holds obs_t, the action a_t taken there, and the reward r_t and
 success s_t of that step; obs_{t+1} is the next frame, and the step after the last frame
 has no recorded next observation (its state loss is masked, its heads are trained).
+
+The action of a step is the one the env executed: the `executed_action` column where the
+dataset has it (`embodied collect` writes it; under DART noise `action` is the expert's clean
+label, not what moved the env), else `action`. A dataset recorded with DART noise but
+without `executed_action` (written before that column existed) is refused.
 """
 
 from __future__ import annotations
@@ -45,19 +50,23 @@ def load_episodes(root: str | Path, task: str) -> tuple[list[Episode], dict]:
         raise EnvError(f"dataset: {root} was recorded on task {emb.get('task')!r}, the config says {task!r}")
     spec = emb.get("spec", {})
     horizon = int(spec.get("max_episode_steps", 0))
+    noisy = float(spec.get("expert_noise_std", 0.0) or 0.0) > 0
     episodes = []
     for ep in read_episodes(root):
         missing = [k for k in NEEDED if k not in ep]
         if missing:
             raise EnvError(f"dataset: {root} has no {NEEDED[missing[0]]!r} column ({missing[0]}); "
                            f"a world model needs {', '.join(NEEDED.values())}")
+        if noisy and "executed_action" not in ep:
+            raise EnvError(f"dataset: {root} was collected with DART noise but has no 'executed_action' column, "
+                           "so its actions are not the executed ones; collect it again")
         x = ep["obs.privileged"].float()
         L = len(x)
         s = ep["success"].float().reshape(L)
         d = torch.zeros(L)
         if bool(s[-1]) or (horizon and L < horizon):
             d[-1] = 1.0
-        episodes.append(Episode(x, ep["action"].float(), ep["reward"].float().reshape(L), s, d,
+        episodes.append(Episode(x, ep.get("executed_action", ep["action"]).float(), ep["reward"].float().reshape(L), s, d,
                                 str(ep.get("instruction", ""))))
     return episodes, spec
 
