@@ -52,13 +52,14 @@ class LiberoVecEnv(VecEnv):
     runs task i mod n_tasks). obs_mode "state" | "rgb"; cameras: subset of ("agentview",
     "wrist"); image_size (H, W); layouts "official" | "sampled"; seed: the stream of unseeded
     resets; max_episode_steps: default the suite's; settle_steps: no-op steps after each reset;
-    start_timeout: seconds for the workers to build their envs."""
+    start_timeout: seconds for the workers to build their envs. num_threads (env.num_threads of a
+    config) is accepted and has no effect: each env is its own single-threaded process."""
 
     def __init__(self, task: str, num_envs: int, *, obs_mode: str = "state", reward_mode: str = "sparse",
                  image_size: Sequence[int] | int = (128, 128), cameras: Sequence[str] | None = ("agentview", "wrist"),
                  layouts: str = "official", seed: int | None = None, max_episode_steps: int | None = None,
                  settle_steps: int = SETTLE_STEPS, start_timeout: float = 600.0,
-                 device: str | torch.device | None = None):
+                 device: str | torch.device | None = None, num_threads: int | None = None):
         self.workers: list[WorkerProc] = []
         suite, sub = parse_name(task)
         for field, value, allowed in (("obs_mode", obs_mode, OBS_MODES), ("reward_mode", reward_mode, ("sparse",)),
