@@ -94,6 +94,24 @@ def test_reset_from_dataset_frames(trained):
     assert set(obs["instruction"]) <= set(resets["instruction"])
 
 
+def test_reset_to_given_states(trained):
+    """reset_to starts rows from given privileged vectors (the simulator's starts in the ranking
+    benchmark), with the episode clock at 0; the other rows keep their episodes."""
+    env = make_env(f"wm:{trained[0]}", 3)
+    sim = make_env("PushCube", 2)
+    x = sim.reset(seed=[5, 6])[0]["privileged"]
+    sim.close()
+    env.reset(seed=0)
+    env.step(torch.zeros(3, 4))
+    kept = env.state_dict()
+    obs, _ = env.reset_to(x, env_ids=torch.tensor([0, 2]))
+    torch.testing.assert_close(obs["privileged"][[0, 2]], x)
+    assert env.state_dict()["elapsed"].tolist() == [0, kept["elapsed"][1], 0]
+    torch.testing.assert_close(obs["privileged"][1], torch.as_tensor(kept["privileged"][1]))
+    with pytest.raises(EnvError, match="privileged"):
+        env.reset_to(torch.zeros(3, 5))
+
+
 def test_uncertainty_truncation_on_out_of_distribution_actions(trained):
     """Driving the gripper straight up (the experts never go above 7 cm) leaves the data:
     the ensemble disagrees and the episodes are truncated sooner than under the expert."""

@@ -91,3 +91,15 @@ def test_collect_policy_rollouts(tmp_path):
     assert len(episodes) == 4 and all(e.a.abs().max() <= 1 for e in episodes)
     assert main(["collect", "Reach", "--episodes", "1", "--out", str(tmp_path / "c"), "--policy", str(run),
                  "--noise", "0.1"]) == 2
+
+
+def test_several_datasets_comma_separated(tmp_path):
+    """dataset=A,B trains on both (expert demos and policy rollouts): their episodes in order."""
+    collect_demos("Reach", 2, tmp_path / "a", seed=1, num_envs=2)
+    collect_demos("Reach", 3, tmp_path / "b", seed=9, num_envs=3)
+    a, _ = load_episodes(tmp_path / "a", "Reach")
+    b, _ = load_episodes(str(tmp_path / "b"), "Reach")
+    both, spec = load_episodes(f"{tmp_path / 'a'},{tmp_path / 'b'}", "Reach")
+    assert len(both) == 5 and spec["max_episode_steps"] > 0
+    for e, f in zip(both, a + b, strict=True):
+        assert torch.equal(e.x, f.x) and torch.equal(e.a, f.a)

@@ -36,7 +36,20 @@ class Episode:
 
 def load_episodes(root: str | Path, task: str) -> tuple[list[Episode], dict]:
     """The dataset's episodes and its env spec; EnvError (one line) for a missing or empty
-    dataset, another task's dataset, or a dataset without the needed columns."""
+    dataset, another task's dataset, or a dataset without the needed columns. `root` may name
+    several datasets, comma-separated (e.g. expert demos and policy rollouts): their episodes
+    in that order, and the first one's spec (all must share the horizon)."""
+    roots = [r.strip() for r in str(root).split(",") if r.strip()] if isinstance(root, str) else [root]
+    if len(roots) > 1:
+        parts = [_load_one(r, task) for r in roots]
+        horizons = {int(spec.get("max_episode_steps", 0)) for _, spec in parts}
+        if len(horizons) > 1:
+            raise EnvError(f"dataset: {root} mixes episode horizons {sorted(horizons)}; use datasets of one task setup")
+        return [e for eps, _ in parts for e in eps], parts[0][1]
+    return _load_one(roots[0] if roots else "", task)
+
+
+def _load_one(root: str | Path, task: str) -> tuple[list[Episode], dict]:
     from embodied.dataset_read import read_episodes, read_meta
 
     root = Path(root)

@@ -91,6 +91,22 @@ class WorldModelVecEnv(VecEnv):
         self._reset_rows(ids, self._pick(len(ids), seed))
         return self._obs(self._x, self._instr), {}
 
+    def reset_to(self, privileged: torch.Tensor, instructions: Sequence[str] | None = None,
+                 env_ids: torch.Tensor | None = None) -> tuple[Obs, dict]:
+        """Start rows env_ids (default all) from given raw privileged vectors [n, P], e.g. the
+        simulator's initial states, so that a policy meets the same starts in the model and in the
+        simulator. The episode clock starts at 0; instructions default to the first reset frame's."""
+        ids = np.arange(self.num_envs) if env_ids is None else np.asarray(torch.as_tensor(env_ids).reshape(-1))
+        x = torch.as_tensor(privileged).float().reshape(len(ids), -1)
+        if x.shape[1] != self.spec.privileged_dim:
+            raise EnvError(f"privileged: expected [{len(ids)}, {self.spec.privileged_dim}], got {list(x.shape)}")
+        self._x[ids] = x
+        self._z[ids] = encode_raw(self.model, x)
+        self._elapsed[ids] = 0
+        for k, i in enumerate(ids.tolist()):
+            self._instr[i] = instructions[k] if instructions is not None else self.resets["instruction"][0]
+        return self._obs(self._x, self._instr), {}
+
     # -- stepping ------------------------------------------------------------------------------
     def _advance(self, a: torch.Tensor, rows: np.ndarray) -> dict[str, torch.Tensor]:
         out = mean_step(self.model, self._z[rows], a)

@@ -21,7 +21,7 @@ class WorldModelConfig:
     """Fields of configs/world_model_*.yaml (and of the checkpoint's config.json)."""
 
     task: str = "PushCube"
-    dataset: str = ""  # LeRobot v3 dataset written by `embodied collect`
+    dataset: str = ""  # LeRobot v3 dataset(s) written by `embodied collect`, comma-separated
     members: int = 5  # ensemble size (>= 5: the disagreement needs several members)
     latent: int = 64
     hidden: int = 256
