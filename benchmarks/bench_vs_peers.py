@@ -5,11 +5,12 @@ Every framework trains on the same MujocoVecEnv (128 envs, privileged state, den
 iterations (default 5, about 20k env steps) the clock is paused and the deterministic policy
 runs one episode on each of 64 fixed seeds (embodied.train.eval_seeds) of a separate 64-env
 copy; a run stops at the first evaluation with success >= 0.9, or at its caps. Wall time counts
-collect + update only. Runs are sequential, torch uses one thread, the env its default physics
-threads.
+collect + update only. Runs are sequential, torch uses one thread, the env --env-threads physics
+threads (default: all cores).
 
     python benchmarks/bench_vs_peers.py                      # PushCube and PickCube, 5 seeds
-    python benchmarks/bench_vs_peers.py --tasks PushCube --seeds 3 --only ours:default,sb3:vecnorm
+    python benchmarks/bench_vs_peers.py --tasks PushCube --seeds 3 --only ours:recipe,sb3:vecnorm
+    python benchmarks/bench_vs_peers.py --merge runs/a,runs/b --out runs/ab   # one report of several runs
 
 Each framework runs its recommended settings and at most two variants (VARIANTS below); the
 report gives every variant and marks each framework's better one (fewer mean seconds over the
@@ -50,11 +51,12 @@ from sims.registry import make_env  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 NUM_ENVS, ROLLOUT, EVAL_EPISODES, TARGET = 128, 32, 64, 0.9
+ENV_THREADS = 0  # physics threads of every framework's env (0: all cores); set by --env-threads
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
 # framework -> variant -> settings. The first variant of each is the recommended one.
 VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
-    # our recipe (configs/ppo_pushcube.yaml: reward scaling, 10 epochs x 8 minibatches), and
+    # our recipe (configs/ppo_<task>.yaml: reward scaling, 5 epochs x 8 minibatches), and
     # PPOConfig's defaults (no reward scaling, 5 x 4), the recipe before 2026-11-24
     "ours": {"recipe": {}, "defaults_5x4": {"ppo.normalize_rewards": False, "ppo.epochs": 5,
                                             "ppo.minibatches": 4}},
@@ -78,13 +80,15 @@ class RunResult:
     env_steps: int  # env steps until success >= TARGET, or until the cap
     best_success: float
     evals: list[tuple[int, float, float]]  # (env steps, train seconds, success) at each evaluation
+    load: float | None = None  # mean 1-minute load average of the machine at the evaluations
 
 
 def run_ours(task: str, seed: int, settings: dict[str, Any]) -> tuple[Callable, Callable, int, Callable]:
     """Our recipe, driven by a loop mirroring embodied/train.py."""
-    overrides = [f"env.task={task}", f"env.num_envs={NUM_ENVS}", f"ppo.rollout_steps={ROLLOUT}",
-                 f"train.seed={seed}"] + [f"{k}={v}" for k, v in settings.items()]
-    cfg = load_config(ROOT / "configs" / "ppo_pushcube.yaml", overrides)
+    overrides = [f"env.task={task}", f"env.num_envs={NUM_ENVS}", f"env.num_threads={ENV_THREADS}",
+                 f"ppo.rollout_steps={ROLLOUT}", f"train.seed={seed}"] + [f"{k}={v}" for k, v in settings.items()]
+    recipe = ROOT / "configs" / f"ppo_{task.lower()}.yaml"  # ppo_pushcube.yaml, ppo_pickcube.yaml
+    cfg = load_config(recipe if recipe.exists() else ROOT / "configs" / "ppo_pushcube.yaml", overrides)
     torch.manual_seed(seed)
     env = build_env(cfg.env)
     policy = build_policy(cfg.policy, env.spec)
@@ -112,14 +116,14 @@ def run_sb3(task: str, seed: int, settings: dict[str, Any]) -> tuple[Callable, C
     from stable_baselines3.common.vec_env import VecNormalize
 
     torch.manual_seed(seed)
-    env = make_env(task, NUM_ENVS, obs_mode="state", reward_mode="dense")
+    env = make_env(task, NUM_ENVS, obs_mode="state", reward_mode="dense", num_threads=ENV_THREADS)
     venv = VecNormalize(make_sb3_vecenv(env, seed), norm_obs=True, norm_reward=settings["norm_reward"],
                         gamma=0.99)
     model = PPO("MlpPolicy", venv, n_steps=ROLLOUT, batch_size=NUM_ENVS * ROLLOUT // 4, n_epochs=5,
                 learning_rate=3e-4, gamma=0.99, gae_lambda=0.95, clip_range=0.2, ent_coef=0.0,
                 max_grad_norm=0.5, policy_kwargs={"net_arch": [256, 256], "activation_fn": torch.nn.Tanh},
                 seed=seed, device="cpu", verbose=0)
-    eval_env = make_env(task, EVAL_EPISODES, obs_mode="state", reward_mode="dense")
+    eval_env = make_env(task, EVAL_EPISODES, obs_mode="state", reward_mode="dense", num_threads=ENV_THREADS)
 
     def train_iters(n: int) -> None:
         model.learn(total_timesteps=n * NUM_ENVS * ROLLOUT, reset_num_timesteps=False)
@@ -151,11 +155,11 @@ def run_rsl_rl(task: str, seed: int, settings: dict[str, Any]) -> tuple[Callable
     from rsl_rl.runners import OnPolicyRunner
 
     torch.manual_seed(seed)
-    env = make_env(task, NUM_ENVS, obs_mode="state", reward_mode="dense")
+    env = make_env(task, NUM_ENVS, obs_mode="state", reward_mode="dense", num_threads=ENV_THREADS)
     with contextlib.redirect_stdout(io.StringIO()):  # it prints the models and obs groups
         runner = OnPolicyRunner(make_rsl_rl_vecenv(env, seed), rsl_rl_cfg(settings["entropy_coef"]),
                                 log_dir=None, device="cpu")
-    eval_env = make_env(task, EVAL_EPISODES, obs_mode="state", reward_mode="dense")
+    eval_env = make_env(task, EVAL_EPISODES, obs_mode="state", reward_mode="dense", num_threads=ENV_THREADS)
 
     def train_iters(n: int) -> None:
         runner.learn(num_learning_iterations=n)
@@ -190,7 +194,7 @@ def drive(task: str, framework: str, variant: str, seed: int, max_steps: int, ma
           eval_every: int) -> RunResult:
     """Train in chunks of eval_every iterations, timing only training; evaluate between chunks."""
     train_iters, success, steps_per_iter, close = RUNNERS[framework](task, seed, VARIANTS[framework][variant])
-    seconds, steps, best, evals = 0.0, 0, 0.0, []
+    seconds, steps, best, evals, loads = 0.0, 0, 0.0, [], []
     try:
         while True:
             t0 = time.perf_counter()
@@ -200,10 +204,12 @@ def drive(task: str, framework: str, variant: str, seed: int, max_steps: int, ma
             rate = success()
             best = max(best, rate)
             evals.append((steps, round(seconds, 2), rate))
+            loads.append(os.getloadavg()[0])
             print(f"  [{task} {framework}:{variant} seed {seed}] {steps:>9,d} steps {seconds:7.1f} s "
-                  f"success {rate:.3f}", flush=True)
+                  f"success {rate:.3f} (load {loads[-1]:.1f})", flush=True)
             if rate >= TARGET or steps >= max_steps or seconds >= max_seconds:
-                return RunResult(task, framework, variant, seed, rate >= TARGET, seconds, steps, best, evals)
+                return RunResult(task, framework, variant, seed, rate >= TARGET, seconds, steps, best, evals,
+                                 round(statistics.fmean(loads), 1))
     finally:
         close()
 
@@ -213,9 +219,15 @@ def mean_ci(xs: list[float]) -> tuple[float, float]:
     return m, (T_975.get(len(xs) - 1, 1.96) * statistics.stdev(xs) / len(xs) ** 0.5 if len(xs) > 1 else float("nan"))
 
 
-def report(runs: list[RunResult], meta: dict[str, Any]) -> str:
-    lines = [f"Commit {meta['commit']}, {meta['date']}, {meta['machine']}, torch {meta['torch']} (1 thread); "
-             f"`{meta['command']}`", "",
+def report(runs: list[RunResult], metas: list[dict[str, Any]]) -> str:
+    """The markdown tables of runs (from one or several results.json, each with its meta)."""
+    lines = [f"Commit {m['commit']}, {m['date']}, {m['machine']}, torch {m['torch']} (1 thread); `{m['command']}`"
+             for m in metas]
+    loads = [r.load for r in runs if r.load is not None]
+    if loads:
+        lines.append(f"Load average during the runs (1 minute, at the evaluations): {min(loads):.1f}-{max(loads):.1f}")
+    meta = metas[0]
+    lines += ["",
              f"{NUM_ENVS} envs x {ROLLOUT} steps per iteration, privileged state, dense reward, 256x256 tanh; "
              f"stop at the first evaluation (every {meta['eval_every']} iterations, {EVAL_EPISODES} fixed "
              f"seeds) with success >= {TARGET}. Mean +- 95% t-interval over seeds; a run that never reached "
@@ -234,10 +246,12 @@ def report(runs: list[RunResult], meta: dict[str, Any]) -> str:
                 best[fw] = (tm, var)
         for (fw, var), (rs, sm, sc, tm, tc) in rows.items():
             mark = " (kept)" if best[fw][1] == var else ""
-            seeds = ", ".join(f"{'' if r.reached else '>'}{r.env_steps / 1e3:.0f}k" for r in rs)
+            seeds = ", ".join(f"{r.env_steps / 1e3:.0f}k" if r.reached else
+                              f">{r.env_steps / 1e3:.0f}k (best {r.best_success:.2f})" for r in rs)
             ci = "" if len(rs) < 2 else f" +- {sc / 1e3:.0f}k"
-            lines.append(f"| {fw}: {var}{mark} | {sum(r.reached for r in rs)}/{len(rs)} | {sm / 1e3:.0f}k{ci} | "
-                         f"{tm:.0f}{'' if len(rs) < 2 else f' +- {tc:.0f}'} | {seeds} |")
+            at_least = "" if all(r.reached for r in rs) else ">= "  # a missed run counts its cap
+            lines.append(f"| {fw}: {var}{mark} | {sum(r.reached for r in rs)}/{len(rs)} | {at_least}{sm / 1e3:.0f}k{ci} | "
+                         f"{at_least}{tm:.0f}{'' if len(rs) < 2 else f' +- {tc:.0f}'} | {seeds} |")
         peers = [(t, fw) for fw, (t, _) in best.items() if fw != "ours"]
         if "ours" in best and peers:
             t_peer, fw_peer = min(peers)
@@ -261,8 +275,29 @@ def main() -> None:
                          "'e5m4:ppo.epochs=5,ppo.minibatches=4' (run it with --only ours:e5m4)")
     ap.add_argument("--cost", type=int, default=0, metavar="ITERS",
                     help="only time one training iteration of every chosen variant (mean over ITERS)")
+    ap.add_argument("--env-threads", type=int, default=0, help="physics threads per env (0: all cores)")
+    ap.add_argument("--merge", default="", metavar="DIR,DIR,...",
+                    help="only write one report of the results.json in these --out folders (runs made apart, "
+                         "e.g. side by side)")
     ap.add_argument("--out", default="runs/bench_vs_peers")
     args = ap.parse_args()
+    global ENV_THREADS
+    ENV_THREADS = args.env_threads
+    out = Path(args.out)
+    if args.merge:
+        metas, runs = [], []
+        for folder in args.merge.split(","):
+            path = Path(folder) / "results.json"
+            if not path.is_file():
+                sys.exit(f"--merge: {path} does not exist; allowed: folders written by --out")
+            data = json.loads(path.read_text())
+            metas.append(data["meta"])
+            runs += [RunResult(**{**r, "evals": [tuple(e) for e in r["evals"]]}) for r in data["runs"]]
+        out.mkdir(parents=True, exist_ok=True)
+        text = report(runs, metas)
+        (out / "report.md").write_text(text)
+        print(text)
+        return
     for spec in args.ours_variant:
         name, _, sets = spec.partition(":")
         if not name or not sets or any("=" not in kv for kv in sets.split(",")):
@@ -291,7 +326,6 @@ def main() -> None:
             "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
             "torch": torch.__version__, "eval_every": args.eval_every,
             "command": "python benchmarks/bench_vs_peers.py " + " ".join(sys.argv[1:])}
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     runs: list[RunResult] = []
     for task in args.tasks.split(","):
@@ -301,7 +335,7 @@ def main() -> None:
                                   args.eval_every))
                 (out / "results.json").write_text(json.dumps({"meta": meta, "runs": [asdict(r) for r in runs]},
                                                               indent=1))
-    text = report(runs, meta)
+    text = report(runs, [meta])
     (out / "report.md").write_text(text)
     print("\n" + text)
 
