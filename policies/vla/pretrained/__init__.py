@@ -2,9 +2,10 @@
 
 load_pretrained(path, input_map=..., tokenizer=...) detects the format from the files
 (detect.py), maps every tensor onto a FlowVLA (pi0.py: pi0 and pi0.5, LeRobot and openpi;
-smolvla.py: SmolVLA), strict.py checking that every checkpoint tensor is used and every
-parameter filled, sets the checkpoint's normalisation (stats.py) and the env-to-checkpoint
-input map (input_map.py); presets.py holds the real-size configs. The result is an ordinary policy:
+smolvla.py: SmolVLA) or an OFTVLA (oft.py: OpenVLA-OFT, its LoRA merged on load), strict.py
+checking that every checkpoint tensor is used and every parameter filled, sets the
+checkpoint's normalisation (stats.py) and the env-to-checkpoint input map (input_map.py);
+presets.py holds the real-size configs. The result is an ordinary policy:
 `save_pretrained` writes our format, `from_pretrained` reloads it, and every RL path runs on it.
 """
 
@@ -21,21 +22,18 @@ from policies.vla.pretrained.input_map import InputMap
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
-# Formats our architectures cannot hold exactly, and what differs (docs/vla.md).
-NOT_EXPRESSIBLE = {
-    "openvla_oft": "OpenVLA-OFT fuses DINOv2 and SigLIP towers behind a 3-layer MLP projector and regresses actions "
-                   "with an MLP head (L1) over parallel-decoded positions; ARVLA has one SigLIP tower, a linear "
-                   "projector and token-bin actions",
-}
 
-
-def load_pretrained(path: str | Path, input_map: str | Path | InputMap | dict[str, Any], tokenizer: str | Path,
-                    format: str = "auto", dtype: str = "float32") -> Any:
-    """A released checkpoint directory -> a FlowVLA holding exactly its weights.
+def load_pretrained(path: str | Path, input_map: str | Path | InputMap | dict[str, Any],
+                    tokenizer: str | Path | None = None, format: str = "auto", dtype: str = "float32",
+                    base: str | Path | None = None) -> Any:
+    """A released checkpoint directory -> a FlowVLA (pi0, pi0.5, SmolVLA) or an OFTVLA
+    (OpenVLA-OFT) holding exactly its weights.
 
     input_map: a configs/input_maps/*.yaml path (or its fields); tokenizer: a local Hugging
     Face tokenizer directory (pi0's PaliGemma tokenizer is not in its checkpoints; for SmolVLA
-    the SmolVLM2 directory, whose config.json gives the VLM's sizes);
+    the SmolVLM2 directory, whose config.json gives the VLM's sizes; OpenVLA-OFT: default the
+    checkpoint directory, which holds Llama-2's); base: OpenVLA-OFT only, the model an
+    adapter-only checkpoint fine-tuned (its adapter is merged into it on load);
     format: "auto" (detect.py) or one of FORMATS; dtype: "float32" or "bfloat16" for the
     backbone and the expert (normalisation, critic and noise head stay float32).
     The load report (strict.LoadReport) is at policy.load_report.
@@ -46,8 +44,10 @@ def load_pretrained(path: str | Path, input_map: str | Path | InputMap | dict[st
     fmt = detect_format(path) if format == "auto" else format
     if fmt not in FORMATS:
         raise PretrainedError(f"format: {fmt!r} is not known; allowed: auto, {', '.join(FORMATS)}")
-    if fmt in NOT_EXPRESSIBLE:
-        raise PretrainedError(f"{path}: {fmt} cannot be loaded exactly: {NOT_EXPRESSIBLE[fmt]}")
+    if tokenizer is None and fmt != "openvla_oft":
+        raise PretrainedError(f"tokenizer: {fmt} checkpoints do not ship their tokenizer; give its local directory")
+    if base is not None and fmt != "openvla_oft":
+        raise PretrainedError(f"base: applies to openvla_oft checkpoints only, not {fmt}")
     if dtype not in DTYPES:
         raise PretrainedError(f"dtype: {dtype!r} is not allowed; choose {' or '.join(DTYPES)}")
     imap = input_map if isinstance(input_map, InputMap) else (
@@ -56,11 +56,17 @@ def load_pretrained(path: str | Path, input_map: str | Path | InputMap | dict[st
 
     loaders = {"lerobot_pi0": pi0.load_lerobot, "lerobot_pi05": pi0.load_lerobot, "openpi": pi0.load_openpi,
                "lerobot_smolvla": smolvla.load_lerobot}
-    loader = loaders[fmt]
-    policy, report = loader(path, imap, tokenizer)
-    if dtype != "float32":
+    if fmt == "openvla_oft":
+        from policies.vla.pretrained import oft
+
+        policy, report = oft.load(path, imap, tokenizer, base)
+    else:
+        policy, report = loaders[fmt](path, imap, tokenizer)
+    if dtype != "float32":  # the OFT head, statistics, critic and noise parts stay float32
         policy.prefix.to(DTYPES[dtype])
-        policy.expert.to(DTYPES[dtype])
+        for part in ("expert", "proprio_proj"):
+            if getattr(policy, part, None) is not None:
+                getattr(policy, part).to(DTYPES[dtype])
     policy.load_report = report
     return policy
 

@@ -11,7 +11,9 @@ A small YAML file per checkpoint and task (field meanings in docs/vla.md):
   state_indices: env obs['state'] dims fed as the checkpoint's state, in the checkpoint's order
   action_dim: the checkpoint's real action width (must equal the env's)
   chunk_size, execute_steps, num_steps: chunk length, actions executed per chunk, Euler steps
-  normalization, asset_id: openpi exports only (the export records neither)
+  normalization, asset_id: openpi exports (mean_std / quantile; the export records neither)
+  normalization, unnorm_key: OpenVLA-OFT (bounds_q99 / bounds; which dataset_statistics.json entry);
+    an OFT checkpoint names no cameras: the map's order is its image order (third-person first)
 A key the map does not know, a checkpoint camera without an env camera, or an env that lacks
 a mapped camera is a one-line error: a wrong camera shows up only as bad actions.
 """
@@ -39,6 +41,7 @@ class InputMap:
     num_steps: int | None = None
     normalization: str | None = None
     asset_id: str | None = None
+    unnorm_key: str | None = None
     checkpoint: str = ""
     task: str = ""
     path: str = field(default="", repr=False)

@@ -9,7 +9,11 @@
              checkpoints
   openvla    our ARVLA at OpenVLA's sizes: Llama-2-7B with a SigLIP so400m/14 tower. OpenVLA's
              DINOv2 ViT-L/14 tower (counted separately by `dinov2_vit_l14`) and 3-layer projector
-             have no place in it, so OpenVLA / OpenVLA-OFT checkpoints do NOT load (docs/vla.md)
+             have no place in it, so OpenVLA's token checkpoints do NOT load into it (docs/vla.md)
+  openvla_oft  (a function, not in PRESETS, whose entries are Flow / AR configs) OFTVLA at
+             OpenVLA-OFT's LIBERO sizes: Llama-2-7B, DINOv2-L/14 (4 registers) + SigLIP so400m/14
+             at 224 px holding the 23 / 26 blocks OpenVLA reads, the 3-layer projector, proprio 8,
+             the L1 head for 8 x 7 actions; two cameras (third-person and wrist)
 
 `parameter_count` builds the model on the meta device (shapes, no memory), so the counts come
 from the same code that loads the weights; nothing is allocated at real size.
@@ -60,6 +64,20 @@ def openvla() -> ARVLAConfig:
         critic=False)
 
 
+def openvla_oft() -> Any:
+    from policies.vla.pretrained.oft_policy import OFTVLAConfig
+
+    return OFTVLAConfig(
+        action_dim=7, state_dim=8, chunk_size=8, cameras=["primary", "wrist"], critic=False,
+        dino=dict(hidden_size=1024, num_hidden_layers=23, num_attention_heads=16, mlp_ratio=4, image_size=224,
+                  patch_size=14, num_register_tokens=4, layerscale_value=1.0, layer_norm_eps=1e-6),
+        vision=dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=26, num_attention_heads=16,
+                    image_size=224, patch_size=14, hidden_act="gelu", layer_norm_eps=1e-6, vision_use_head=False),
+        lm_type="llama", lm=dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+                                 num_key_value_heads=32, vocab_size=32064, max_position_embeddings=2048,
+                                 rms_norm_eps=1e-6), max_text_len=128)
+
+
 PRESETS = {"pi0": lambda: _pi0("gemma"), "pi05": lambda: _pi0("gemma_ada"), "smolvla": smolvla, "openvla": openvla}
 
 
@@ -67,8 +85,9 @@ def parameter_count(config: Any) -> dict[str, int]:
     """{"total": n, "<top-level module>": n, ...} of the policy `config` builds, on the meta device."""
     from policies.vla.autoregressive import ARVLA
     from policies.vla.flow import FlowVLA
+    from policies.vla.pretrained.oft_policy import OFTVLA, OFTVLAConfig
 
-    cls = FlowVLA if isinstance(config, FlowVLAConfig) else ARVLA
+    cls = FlowVLA if isinstance(config, FlowVLAConfig) else OFTVLA if isinstance(config, OFTVLAConfig) else ARVLA
     with torch.device("meta"):
         policy = cls(config)
     out = {"total": 0}
