@@ -251,3 +251,47 @@ def write_base(path: Path, ref: OFTReference) -> Path:
     _config(path)
     save_file({k: v.contiguous() for k, v in ref.base.items()}, str(path / "model.safetensors"))
     return path
+
+
+def real_size_oft_keys() -> dict[str, torch.Tensor]:
+    """Names and shapes (meta tensors, no memory) of a released OpenVLA-OFT LIBERO checkpoint:
+    DINOv2-L/14 (4 registers, 24 blocks) and SigLIP so400m/14 (27 blocks, pooling head) at 224 px,
+    OpenVLA's projector, Llama-2-7B with 32064 tokens; the L1 head for 7 actions and proprio 8."""
+    def vit(prefix, width, mlp, depth, dino):
+        t = {prefix + "patch_embed.proj.weight": (width, 3, 14, 14), prefix + "patch_embed.proj.bias": (width,),
+             prefix + "pos_embed": (1, 256, width), prefix + "norm.weight": (width,), prefix + "norm.bias": (width,)}
+        if dino:
+            t.update({prefix + "cls_token": (1, 1, width), prefix + "reg_token": (1, 4, width)})
+        for i in range(depth):
+            b = f"{prefix}blocks.{i}."
+            for n, shape in (("norm1", (width,)), ("norm2", (width,)), ("attn.qkv", (3 * width, width)),
+                             ("attn.proj", (width, width)), ("mlp.fc1", (mlp, width)), ("mlp.fc2", (width, mlp))):
+                t[b + n + ".weight"], t[b + n + ".bias"] = shape, shape[:1]
+            if dino:
+                t[b + "ls1.scale_factor"], t[b + "ls2.scale_factor"] = (width,), (width,)
+        if not dino:
+            a = prefix + "attn_pool."
+            t[a + "latent"] = (1, 1, width)
+            for n, shape in (("q", (width, width)), ("kv", (2 * width, width)), ("proj", (width, width)),
+                             ("norm", (width,)), ("mlp.fc1", (mlp, width)), ("mlp.fc2", (width, mlp))):
+                t[a + n + ".weight"], t[a + n + ".bias"] = shape, shape[:1]
+        return t
+
+    shapes = {**vit("vision_backbone.featurizer.", 1024, 4096, 24, True),
+              **vit("vision_backbone.fused_featurizer.", 1152, 4304, 27, False),
+              "projector.fc1.weight": (8704, 2176), "projector.fc1.bias": (8704,), "projector.fc2.weight": (4096, 8704),
+              "projector.fc2.bias": (4096,), "projector.fc3.weight": (4096, 4096), "projector.fc3.bias": (4096,)}
+    with torch.device("meta"):
+        lm = LlamaForCausalLM(LlamaConfig(vocab_size=32064, hidden_size=4096, intermediate_size=11008,
+                                          num_hidden_layers=32, num_attention_heads=32))
+    shapes.update({"language_model." + k: tuple(v.shape) for k, v in lm.state_dict().items()})
+    head = {"model.layer_norm1.weight": (28672,), "model.layer_norm1.bias": (28672,), "model.fc1.weight": (4096, 28672),
+            "model.fc1.bias": (4096,), "model.layer_norm2.weight": (4096,), "model.layer_norm2.bias": (4096,),
+            "model.fc2.weight": (7, 4096), "model.fc2.bias": (7,)}
+    for i in range(2):
+        head.update({f"model.mlp_resnet_blocks.{i}.ffn.0.weight": (4096,), f"model.mlp_resnet_blocks.{i}.ffn.0.bias": (4096,),
+                     f"model.mlp_resnet_blocks.{i}.ffn.1.weight": (4096, 4096), f"model.mlp_resnet_blocks.{i}.ffn.1.bias": (4096,)})
+    shapes.update({"action_head:" + k: v for k, v in head.items()})
+    shapes.update({"proprio_projector:fc1.weight": (4096, 8), "proprio_projector:fc1.bias": (4096,),
+                   "proprio_projector:fc2.weight": (4096, 4096), "proprio_projector:fc2.bias": (4096,)})
+    return {k: torch.empty(v, device="meta") for k, v in shapes.items()}

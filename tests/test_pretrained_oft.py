@@ -145,3 +145,26 @@ def test_mismatches_are_one_line_errors(ckpt, tmp_path, edit, imap, message):
     with pytest.raises(PretrainedError, match=message) as e:
         load_pretrained(d, {**MAP, **imap})
     assert "\n" not in str(e.value)
+
+
+def test_real_size_layout_maps_strictly_onto_the_preset():
+    """Every tensor of a real-size OFT LIBERO checkpoint (names and shapes on the meta device) has
+    its place in presets.openvla_oft() or is consumed with a reason, and the loader's architecture,
+    read from those shapes and OpenVLA's config, is the preset's."""
+    from pretrained_ckpt_oft import VISION_IDS, real_size_oft_keys
+    from policies.vla.pretrained.oft import Sources, architecture, place
+    from policies.vla.pretrained.presets import openvla_oft
+
+    tensors = real_size_oft_keys()
+    source = Sources()
+    source.add_file(tensors)
+    cfg = openvla_oft()
+    arch = architecture(source.shapes, {"use_fused_vision_backbone": True, "timm_model_ids": VISION_IDS,
+                                        "image_sizes": [224, 224], "text_config": {"model_type": "llama", "vocab_size": 32064}}, "real")
+    assert arch["dino"] == cfg.dino and arch["siglip"] == cfg.vision
+    assert {k: arch["lm"][k] for k in cfg.lm} == cfg.lm
+    with torch.device("meta"):
+        policy = OFTVLA(cfg)
+    report = place(policy, source, {}, "real")
+    assert len(report.consumed) == 14 + 12 + 13 + 1  # DINOv2's and SigLIP's last blocks, the pooling head, lm_head
+    assert report.filled == len(tensors) - len(report.consumed) + 4 * (23 + 26)  # each qkv (weight, bias) fills 3

@@ -192,7 +192,7 @@ def plan(source: Sources) -> tuple[dict[str, tuple[Callable[[], torch.Tensor], t
                 put(ours + "embeddings." + ("cls_token" if rest == "cls_token" else "register_tokens"), key)
             elif rest == "pos_embed" and tower == VB:
                 put(ours + "embeddings.position_embeddings", key,
-                    lambda k=key: torch.cat([source[k].new_zeros(1, 1, shape[-1]), source[k]], dim=1),
+                    lambda k=key, w=shape[-1]: torch.cat([source[k].new_zeros(1, 1, w), source[k]], dim=1),
                     (1, shape[1] + 1, shape[2]))
             elif rest == "pos_embed":
                 put(ours + "embeddings.position_embedding.weight", key, lambda k=key: source[k][0], tuple(shape[1:]))
