@@ -123,7 +123,19 @@ def _edit_shard(key_edit, shard: int = 2):
     return edit
 
 
+def _set_config(**fields):
+    def edit(d):
+        import json
+
+        config = json.loads((d / "config.json").read_text())
+        (d / "config.json").write_text(json.dumps({**config, **fields}))
+    return edit
+
+
 @pytest.mark.parametrize("edit, imap, message", [
+    (_set_config(vision_backbone_id="siglip-vit-so400m", timm_model_ids=["vit_so400m_patch14_siglip_224"]), {},
+     "vision backbone 'siglip-vit-so400m' .*; only OpenVLA's fused dinosiglip-vit-so-224px"),
+    (_set_config(llm_backbone_id="qwen25-0_5b-extra"), {}, "llm_backbone_id 'qwen25-0_5b-extra'; only Llama-family"),
     (_edit_shard(lambda t: t.update({"language_model.model.extra.weight": torch.zeros(2)})), {},
      r"unexpected checkpoint key 'language_model.model.extra.weight'; it maps to 'prefix.lm.extra.weight', which"),
     (_edit_shard(lambda t: t.update({"vision_backbone.featurizer.blocks.0.ls3.gamma": torch.zeros(2)}), 1), {},

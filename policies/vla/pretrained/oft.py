@@ -55,6 +55,8 @@ DINO_HEAD_DIM, SIGLIP_HEAD_DIM = 64, 72  # ViT-L/14: 16 heads of 64; so400m: 16 
 # transformers 4.40's LlamaConfig defaults (OpenVLA's pin): its text_config sets only what differs
 LLAMA_DEFAULTS = dict(num_attention_heads=32, hidden_act="silu", max_position_embeddings=2048, rms_norm_eps=1e-6,
                       rope_theta=10000.0)
+LLAMA_BACKBONES = ("llama2-7b-pure", "llama2-13b-pure", "llama2-7b-chat", "llama2-13b-chat", "vicuna-v15-7b",
+                   "vicuna-v15-13b")
 VB, FB, LM = "vision_backbone.featurizer.", "vision_backbone.fused_featurizer.", "language_model."
 HEAD, PROPRIO = "action_head:", "proprio_projector:"
 FRESH = ("critic.", "critic_norm.", "state_stats.", "action_stats.", "log_std", "prefix.vision.dino.embeddings.mask_token")
@@ -275,9 +277,14 @@ def bounds(stats: dict[str, Any], mode: str, where: str) -> norm.Affine:
 def load(path: Path, imap: InputMap, tokenizer: str | Path | None, base: str | Path | None = None
          ) -> tuple[OFTVLA, LoadReport]:
     config = read_json(path / "config.json", "OpenVLA config")
-    if not config.get("use_fused_vision_backbone") or list(config.get("timm_model_ids", [])) != VISION_IDS:
-        raise PretrainedError(f"{path / 'config.json'}: vision backbone {config.get('timm_model_ids')}; only OpenVLA's "
-                              f"fused {VISION_IDS} loads")
+    backbone = config.get("vision_backbone_id", "dinosiglip-vit-so-224px")  # Prismatic derives the timm ids from it
+    ids = VISION_IDS if backbone == "dinosiglip-vit-so-224px" else None
+    if ids is None or list(config.get("timm_model_ids", ids)) != VISION_IDS or config.get("use_fused_vision_backbone") is False:
+        raise PretrainedError(f"{path / 'config.json'}: vision backbone {backbone!r} ({config.get('timm_model_ids')}); "
+                              f"only OpenVLA's fused dinosiglip-vit-so-224px {VISION_IDS} loads")
+    if config.get("llm_backbone_id", "llama2-7b-pure") not in LLAMA_BACKBONES:
+        raise PretrainedError(f"{path / 'config.json'}: llm_backbone_id {config.get('llm_backbone_id')!r}; only Llama-family "
+                              f"backbones load ({', '.join(LLAMA_BACKBONES)})")
     if any(config.get("timm_override_act_layers") or []):
         raise PretrainedError(f"{path / 'config.json'}: timm_override_act_layers {config['timm_override_act_layers']} "
                               "is not supported (OpenVLA's towers use GELU)")
