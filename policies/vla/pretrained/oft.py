@@ -38,15 +38,16 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from policies.vla.pretrained import stats as norm
-from policies.vla.pretrained.files import LazyTensors, PretrainedError, read_json
+from policies.vla.pretrained.files import PretrainedError, read_json
 from policies.vla.pretrained.input_map import InputMap
+from policies.vla.pretrained.oft_files import Adapter, Sources, component, model_weights
 from policies.vla.pretrained.oft_policy import OFTVLA, OFTVLAConfig
 from policies.vla.pretrained.strict import LoadReport, fill
 
@@ -59,98 +60,18 @@ LLAMA_BACKBONES = ("llama2-7b-pure", "llama2-13b-pure", "llama2-7b-chat", "llama
                    "vicuna-v15-13b")
 VB, FB, LM = "vision_backbone.featurizer.", "vision_backbone.fused_featurizer.", "language_model."
 HEAD, PROPRIO = "action_head:", "proprio_projector:"
-FRESH = ("critic.", "critic_norm.", "state_stats.", "action_stats.", "log_std", "prefix.vision.dino.embeddings.mask_token")
+FRESH = ("critic.", "critic_norm.", "state_stats.", "action_stats.", "log_std",
+         "prefix.vision.dino.embeddings.mask_token")
 _DINO_BLOCK = {"norm1": "norm1", "norm2": "norm2", "attn.proj": "attention.o_proj", "mlp.fc1": "mlp.fc1",
-               "mlp.fc2": "mlp.fc2", "ls1.scale_factor": "layer_scale1.lambda1", "ls2.scale_factor": "layer_scale2.lambda1"}
+               "mlp.fc2": "mlp.fc2", "ls1.scale_factor": "layer_scale1.lambda1",
+               "ls2.scale_factor": "layer_scale2.lambda1"}
 _SIG_BLOCK = {"norm1": "layer_norm1", "norm2": "layer_norm2", "attn.proj": "self_attn.out_proj", "mlp.fc1": "mlp.fc1",
               "mlp.fc2": "mlp.fc2"}
 
 
-class Sources(Mapping):
-    """Every tensor of the checkpoint by name (weights, head, projector), read lazily; `shapes` from headers."""
-
-    def __init__(self) -> None:
-        self.get: dict[str, Callable[[], torch.Tensor]] = {}
-        self.shapes: dict[str, tuple[int, ...]] = {}
-
-    def add_file(self, tensors: Mapping, prefix: str = "") -> None:
-        for k in tensors:
-            shape = tensors.shapes[k] if hasattr(tensors, "shapes") else tuple(tensors[k].shape)
-            self.get[prefix + k], self.shapes[prefix + k] = (lambda t=tensors, k=k: t[k]), tuple(shape)
-
-    def __getitem__(self, key: str) -> torch.Tensor:
-        return self.get[key]()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.get)
-
-    def __len__(self) -> int:
-        return len(self.get)
-
-
-def model_weights(directory: Path, what: str) -> Sources | None:
-    """model.safetensors or its shards (model.safetensors.index.json); None if neither is there."""
-    out = Sources()
-    if (directory / "model.safetensors").is_file():
-        out.add_file(LazyTensors(directory / "model.safetensors", what))
-        return out
-    index = directory / "model.safetensors.index.json"
-    if not index.is_file():
-        return None
-    weight_map = read_json(index, f"{what} shard index").get("weight_map", {})
-    for shard in sorted(set(weight_map.values())):
-        out.add_file(LazyTensors(directory / shard, what))
-    return out
-
-
-def component(directory: Path, name: str, required: bool) -> dict[str, torch.Tensor] | None:
-    """The one `<name>--*.pt` file (a state dict, DDP's "module." prefix dropped)."""
-    found = sorted(directory.glob(f"{name}--*.pt"))
-    if len(found) > 1:
-        raise PretrainedError(f"{directory}: {len(found)} {name}--*.pt files ({[p.name for p in found]}); keep one")
-    if not found:
-        if required:
-            raise PretrainedError(f"{directory}: missing file {name}--*.pt (OFT's {name.replace('_', ' ')})")
-        return None
-    try:
-        state = torch.load(found[0], map_location="cpu", weights_only=True)
-    except Exception as e:  # torch raises several types for a truncated or foreign file
-        raise PretrainedError(f"{found[0]}: corrupt checkpoint file: {str(e).splitlines()[0][:160]}") from None
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise PretrainedError(f"{found[0]}: not a state dict of tensors")
-    return {k.removeprefix("module."): v for k, v in state.items()}
-
-
-class Adapter:
-    """PEFT's LoRA adapter: W += scale * B A per adapted Linear (scale alpha / r, or alpha / sqrt(r)
-    with rsLoRA), in float32."""
-
-    def __init__(self, directory: Path):
-        cfg = read_json(directory / "adapter_config.json", "LoRA adapter config")
-        where = directory / "adapter_config.json"
-        if cfg.get("peft_type", "LORA") != "LORA":
-            raise PretrainedError(f"{where}: peft_type {cfg.get('peft_type')!r}; only LORA adapters merge")
-        for key, ok in (("use_dora", False), ("fan_in_fan_out", False), ("bias", "none"), ("modules_to_save", None),
-                        ("rank_pattern", {}), ("alpha_pattern", {})):
-            if cfg.get(key, ok) not in (ok, None) or (ok is None and cfg.get(key)):
-                raise PretrainedError(f"{where}: {key} = {cfg.get(key)!r} is not supported; allowed: {ok!r}")
-        r, alpha = int(cfg["r"]), float(cfg.get("lora_alpha", cfg["r"]))
-        self.scale = alpha / (math.sqrt(r) if cfg.get("use_rslora") else r)
-        self.tensors = LazyTensors(directory / "adapter_model.safetensors", "LoRA adapter weights")
-        self.pairs: dict[str, tuple[str, str]] = {}
-        for k in self.tensors:
-            m = re.fullmatch(r"base_model\.model\.(.+)\.lora_([AB])(?:\.default)?\.weight", k)
-            if m is None:
-                raise PretrainedError(f"{directory / 'adapter_model.safetensors'}: unexpected adapter key {k!r}")
-            a, b = self.pairs.get(m.group(1) + ".weight", ("", ""))
-            self.pairs[m.group(1) + ".weight"] = (k, b) if m.group(2) == "A" else (a, k)
-        half = [w for w, (a, b) in self.pairs.items() if not a or not b]
-        if half:
-            raise PretrainedError(f"{directory}: adapter for {half[0]!r} lacks its lora_A or lora_B ({len(half)} such)")
-
-    def merged(self, key: str, weight: torch.Tensor) -> torch.Tensor:
-        a, b = self.pairs[key]
-        return (weight.float() + self.scale * (self.tensors[b].float() @ self.tensors[a].float())).to(weight.dtype)
+def _depth(shapes: dict[str, tuple[int, ...]], prefix: str) -> int:
+    """1 + the largest i of the keys `<prefix><i>.` (0 if none)."""
+    return 1 + max((int(m.group(1)) for k in shapes if (m := re.match(re.escape(prefix) + r"(\d+)\.", k))), default=-1)
 
 
 def _split(key: str, i: int, source: Sources) -> tuple[Callable[[], torch.Tensor], tuple[int, ...]]:
@@ -159,11 +80,13 @@ def _split(key: str, i: int, source: Sources) -> tuple[Callable[[], torch.Tensor
     return (lambda: source[key].chunk(3, dim=0)[i]), (shape[0] // 3, *shape[1:])
 
 
-def plan(source: Sources) -> tuple[dict[str, tuple[Callable[[], torch.Tensor], tuple[int, ...], str]], dict[str, str], set[str]]:
+Target = tuple[Callable[[], torch.Tensor], tuple[int, ...], str]  # tensor getter, shape, checkpoint key
+
+
+def plan(source: Sources) -> tuple[dict[str, Target], dict[str, str], set[str]]:
     """Our name -> (tensor getter, shape, checkpoint key), consumed keys with why, and the keys placed."""
     out, used, consumed = {}, set(), {}
-    depth = {p: 1 + max((int(m.group(1)) for k in source.shapes if (m := re.match(re.escape(p) + r"blocks\.(\d+)\.", k))),
-                        default=-1) for p in (VB, FB)}
+    depth = {p: _depth(source.shapes, p + "blocks.") for p in (VB, FB)}
 
     def put(ours: str, key: str, getter=None, shape=None) -> None:
         out[ours] = (getter or (lambda: source[key]), shape or source.shapes[key], key)
@@ -231,14 +154,15 @@ def architecture(s: dict[str, tuple[int, ...]], config: dict[str, Any], where: s
         return s[key]
 
     def depth(prefix: str) -> int:
-        return 1 + max((int(m.group(1)) for k in s if (m := re.match(re.escape(prefix) + r"(\d+)\.", k))), default=-1)
+        return _depth(s, prefix)
 
     towers = {}
     for p, head in ((VB, DINO_HEAD_DIM), (FB, SIGLIP_HEAD_DIM)):
         patch, pos = need(p + "patch_embed.proj.weight"), need(p + "pos_embed")
         width, n = patch[0], depth(p + "blocks.")
         if n < 2 or width % head or (p == VB and need(p + "blocks.0.mlp.fc1.weight")[0] % width):
-            raise PretrainedError(f"{where}: {p} has {n} blocks of width {width}; expected >= 2 blocks, {head}-wide heads")
+            raise PretrainedError(f"{where}: {p} has {n} blocks of width {width}; expected >= 2 blocks, "
+                                  f"{head}-wide heads")
         towers[p] = dict(width=width, depth=n, heads=width // head, mlp=need(p + "blocks.0.mlp.fc1.weight")[0],
                          patch=patch[-1], image=int(round(math.sqrt(pos[1]))) * patch[-1])
     d, sg = towers[VB], towers[FB]
@@ -255,8 +179,10 @@ def architecture(s: dict[str, tuple[int, ...]], config: dict[str, Any], where: s
                             num_attention_heads=sg["heads"], image_size=sg["image"], patch_size=sg["patch"],
                             hidden_act="gelu", layer_norm_eps=1e-6, vision_use_head=False),
                 lm=dict(hidden_size=embed[1], vocab_size=embed[0], num_hidden_layers=depth(LM + "model.layers."),
-                        intermediate_size=need(LM + "model.layers.0.mlp.gate_proj.weight")[0], num_attention_heads=heads,
-                        num_key_value_heads=need(LM + "model.layers.0.self_attn.k_proj.weight")[0] // (embed[1] // heads),
+                        intermediate_size=need(LM + "model.layers.0.mlp.gate_proj.weight")[0],
+                        num_attention_heads=heads,
+                        num_key_value_heads=need(LM + "model.layers.0.self_attn.k_proj.weight")[0]
+                        // (embed[1] // heads),
                         hidden_act=text["hidden_act"], max_position_embeddings=int(text["max_position_embeddings"]),
                         rms_norm_eps=float(text["rms_norm_eps"]),
                         rope_parameters={"rope_type": "default", "rope_theta": float(text["rope_theta"])}))
@@ -279,12 +205,13 @@ def load(path: Path, imap: InputMap, tokenizer: str | Path | None, base: str | P
     config = read_json(path / "config.json", "OpenVLA config")
     backbone = config.get("vision_backbone_id", "dinosiglip-vit-so-224px")  # Prismatic derives the timm ids from it
     ids = VISION_IDS if backbone == "dinosiglip-vit-so-224px" else None
-    if ids is None or list(config.get("timm_model_ids", ids)) != VISION_IDS or config.get("use_fused_vision_backbone") is False:
+    fused = config.get("use_fused_vision_backbone") is not False
+    if ids is None or list(config.get("timm_model_ids", ids)) != VISION_IDS or not fused:
         raise PretrainedError(f"{path / 'config.json'}: vision backbone {backbone!r} ({config.get('timm_model_ids')}); "
                               f"only OpenVLA's fused dinosiglip-vit-so-224px {VISION_IDS} loads")
     if config.get("llm_backbone_id", "llama2-7b-pure") not in LLAMA_BACKBONES:
-        raise PretrainedError(f"{path / 'config.json'}: llm_backbone_id {config.get('llm_backbone_id')!r}; only Llama-family "
-                              f"backbones load ({', '.join(LLAMA_BACKBONES)})")
+        raise PretrainedError(f"{path / 'config.json'}: llm_backbone_id {config.get('llm_backbone_id')!r}; only "
+                              f"Llama-family backbones load ({', '.join(LLAMA_BACKBONES)})")
     if any(config.get("timm_override_act_layers") or []):
         raise PretrainedError(f"{path / 'config.json'}: timm_override_act_layers {config['timm_override_act_layers']} "
                               "is not supported (OpenVLA's towers use GELU)")
@@ -325,14 +252,15 @@ def load(path: Path, imap: InputMap, tokenizer: str | Path | None, base: str | P
     width = arch["lm"]["hidden_size"]
     a_width = source.shapes.get(HEAD + "model.fc2.weight", (0,))[0]
     blocks = len({k.split(".")[2] for k in source.shapes if k.startswith(HEAD + "model.mlp_resnet_blocks.")})
-    state_dim = source.shapes[PROPRIO + "fc1.weight"][1] if proprio is not None and PROPRIO + "fc1.weight" in source.shapes else 0
+    state_dim = source.shapes.get(PROPRIO + "fc1.weight", (0, 0))[1] if proprio is not None else 0
     if a_width != imap.action_dim:
         raise PretrainedError(f"{imap.path}: action_dim {imap.action_dim}; the checkpoint's head outputs {a_width}")
     if proprio is not None and len(imap.state_indices) != state_dim:
         raise PretrainedError(f"{imap.path}: {len(imap.state_indices)} state_indices; the proprio projector reads "
                               f"{state_dim} dims")
     if imap.image_size is not None and imap.image_size != arch["siglip"]["image_size"]:
-        raise PretrainedError(f"{imap.path}: image_size {imap.image_size}; the towers read {arch['siglip']['image_size']}")
+        raise PretrainedError(f"{imap.path}: image_size {imap.image_size}; the towers read "
+                              f"{arch['siglip']['image_size']}")
     action, state = statistics(path, imap, proprio is not None)
     tok = Path(tokenizer) if tokenizer is not None else path
     if not (tok / "tokenizer.json").is_file() or not (tok / "tokenizer_config.json").is_file():
@@ -343,7 +271,8 @@ def load(path: Path, imap: InputMap, tokenizer: str | Path | None, base: str | P
     hf = AutoTokenizer.from_pretrained(str(tok), local_files_only=True)
     empty = hf.convert_tokens_to_ids("\u2581")
     if empty is None or empty == hf.unk_token_id or hf.eos_token_id is None:
-        raise PretrainedError(f"tokenizer: {tok} lacks Llama's empty token '\u2581' or an eos token; OFT's prompt needs both")
+        raise PretrainedError(f"tokenizer: {tok} lacks Llama's empty token '\u2581' or an eos token; "
+                              "OFT's prompt needs both")
     cfg = OFTVLAConfig(
         action_dim=a_width, state_dim=max(state_dim, 1), chunk_size=imap.chunk_size, execute_steps=imap.execute_steps,
         cameras=imap.env_cameras(list(imap.cameras), all_required=False),
@@ -352,7 +281,8 @@ def load(path: Path, imap: InputMap, tokenizer: str | Path | None, base: str | P
         empty_token_id=int(empty), stop_token_id=int(hf.eos_token_id), max_text_len=128)
     policy = OFTVLA(cfg, _source_dir=tok)
     if policy.text_vocab > arch["lm"]["vocab_size"]:
-        raise PretrainedError(f"{path}: the tokenizer has {policy.text_vocab} tokens, the embeddings {arch['lm']['vocab_size']}")
+        raise PretrainedError(f"{path}: the tokenizer has {policy.text_vocab} tokens, the embeddings "
+                              f"{arch['lm']['vocab_size']}")
     report = place(policy, source, consumed_extra, str(path))
     norm.apply(policy, state if state is not None else norm.Affine(torch.zeros(1), torch.ones(1), "none", "-"), action)
     return policy, report
@@ -391,7 +321,8 @@ def place(policy: OFTVLA, source: Sources, consumed_extra: dict[str, str], where
     own = policy.state_dict()
     for ours, (_, shape, key) in targets.items():
         if ours not in own:
-            raise PretrainedError(f"{where}: unexpected checkpoint key {key!r}; it maps to {ours!r}, which this model lacks")
+            raise PretrainedError(f"{where}: unexpected checkpoint key {key!r}; it maps to {ours!r}, "
+                                  "which this model lacks")
         if tuple(shape) != tuple(own[ours].shape):
             raise PretrainedError(f"{where}: wrong shape for {key!r}: checkpoint {tuple(shape)}, model "
                                   f"{tuple(own[ours].shape)} ({ours})")
