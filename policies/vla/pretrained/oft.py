@@ -238,9 +238,9 @@ def load(path: Path, imap: InputMap, tokenizer: str | Path | None, base: str | P
     consumed_extra = {}
     if adapter is not None:
         unknown = [k for k in adapter.pairs if k not in source.shapes]
-        if merge and unknown:
+        if unknown:  # merged or not, the adapter must fit the model
             raise PretrainedError(f"{path / 'lora_adapter'}: unexpected adapter key for {unknown[0]!r} "
-                                  f"({len(unknown)} unexpected); the base model has no such weight")
+                                  f"({len(unknown)} unexpected); the model has no such weight")
         if merge:
             for k in adapter.pairs:
                 get = source.get[k]
