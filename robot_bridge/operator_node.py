@@ -45,49 +45,71 @@ class OperatorConfig:
         return f"{self.namespace.rstrip('/')}/{name.lstrip('/')}" if self.namespace else name
 
 
-class ScriptedOperator:
-    def __init__(self, cfg: OperatorConfig):
+class TakeoverRule:
+    """The operator's decision, frame by frame: `frame(priv)` with the privileged observation
+    float [P] of each new frame returns the expert's action float64 [A] while the operator is in
+    control, else None; `reset()` at every new episode. Used by the node below and, in process,
+    by embodied/robot_rl/sim_robot.py."""
+
+    def __init__(self, task: str, window: int = 5, min_progress: float = 0.01, takeover: int = 5,
+                 progress_key: str | None = None):
         from sims.registry import _task_cls, expert_for
 
-        self.cfg = cfg
-        self.expert = expert_for(cfg.task)
-        layout = _task_cls(cfg.task).layout
-        key = cfg.progress_key or ("goal_minus_tcp" if "goal_minus_tcp" in layout else "goal_minus_cube")
+        self.expert = expert_for(task)
+        layout = _task_cls(task).layout
+        key = progress_key or ("goal_minus_tcp" if "goal_minus_tcp" in layout else "goal_minus_cube")
         if key not in layout:
-            raise ValueError(f"progress_key: {key!r} is not in {cfg.task}'s layout; allowed: {', '.join(layout)}")
-        self.progress = layout[key]
+            raise ValueError(f"progress_key: {key!r} is not in {task}'s layout; allowed: {', '.join(layout)}")
+        self.progress, self.min_progress, self.takeover = layout[key], min_progress, takeover
+        self.dist: deque[float] = deque(maxlen=window + 1)  # distance to go, the last frames
+        self.left = 0  # frames of the current takeover still to come
+        self.takeovers = 0
+
+    def reset(self) -> None:
+        self.dist.clear()
+        self.left = 0
+
+    def frame(self, priv: np.ndarray) -> np.ndarray | None:
+        priv = np.asarray(priv, np.float64).reshape(1, -1)
+        self.dist.append(float(np.linalg.norm(priv[0, self.progress])))
+        if self.left == 0 and len(self.dist) == self.dist.maxlen and self.dist[-1] > self.dist[0] - self.min_progress:
+            self.left, self.takeovers = self.takeover, self.takeovers + 1
+        if self.left == 0:
+            return None
+        self.left -= 1
+        return self.expert(priv)[0].astype(np.float64)
+
+
+class ScriptedOperator:
+    def __init__(self, cfg: OperatorConfig):
+        self.cfg = cfg
+        self.rule = TakeoverRule(cfg.task, cfg.window, cfg.min_progress, cfg.takeover, cfg.progress_key)
         self.tr = make_transport(cfg.transport, cfg.domain_id, "scripted_operator")
         t = cfg.topic
         self.pub = self.tr.publisher(t(cfg.teleop_topic), "geometry_msgs/msg/Twist", COMMAND_QOS)
         self.priv = self.tr.subscribe(t("/privileged"), "std_msgs/msg/Float64MultiArray", SENSOR_QOS)
         self.tr.subscribe(t("/reset_done"), "std_msgs/msg/Int64", COMMAND_QOS, callback=self._on_reset)
         self.frames = self.tr.subscribe(t("/joint_states"), "sensor_msgs/msg/JointState", SENSOR_QOS)
-        self.dist: deque[float] = deque(maxlen=cfg.window + 1)  # distance to go, the last frames
-        self.left = 0  # frames of the current takeover still to come
-        self.takeovers = 0
         self._lock = threading.Lock()
         self.stop = threading.Event()
 
+    @property
+    def takeovers(self) -> int:
+        return self.rule.takeovers
+
     def _on_reset(self, msg) -> None:
         with self._lock:
-            self.dist.clear()
-            self.left = 0
+            self.rule.reset()
 
     def on_frame(self) -> None:
         """One new frame: judge the progress, then publish the expert's action if in control."""
         got = self.priv.latest()
         if got is None:
             return
-        priv = rt.float64_array_values(got.msg).reshape(1, -1)
-        action = self.expert(priv)[0].astype(np.float64)
         with self._lock:
-            self.dist.append(float(np.linalg.norm(priv[0, self.progress])))
-            if (self.left == 0 and len(self.dist) == self.dist.maxlen
-                    and self.dist[-1] > self.dist[0] - self.cfg.min_progress):
-                self.left, self.takeovers = self.cfg.takeover, self.takeovers + 1
-            if self.left > 0:
-                self.left -= 1
-                self.pub.publish(twist([*action[:3], 0.0, 0.0, action[3]]))
+            action = self.rule.frame(rt.float64_array_values(got.msg))
+        if action is not None:
+            self.pub.publish(twist([*action[:3], 0.0, 0.0, action[3]]))
 
     def spin(self) -> None:
         last_stamp, seq = -1.0, 0

@@ -25,6 +25,7 @@ from embodied.dataset import EpisodeWriter
 from embodied.robot_rl.config import FinetuneConfig
 from embodied.robot_rl.data import load_policy
 from embodied.robot_rl.link import ActorLink, to_wire
+from embodied.robot_rl.sim_robot import SimOperator, SimRobot
 from robot_bridge.robot_env import RobotEnv
 from robot_bridge.teleop import Teleop
 from sims.vecenv import EnvError
@@ -33,12 +34,22 @@ log = logging.getLogger("embodied.robot_rl.actor")
 
 
 class Actor:
-    def __init__(self, cfg: FinetuneConfig, env: RobotEnv | None = None):
+    def __init__(self, cfg: FinetuneConfig, env: RobotEnv | SimRobot | None = None):
         self.cfg, self.dir = cfg, Path(cfg.run_dir)
         self.policy, self.version = load_policy(self.dir / "policy.safetensors")
-        self.env = env or RobotEnv(cfg.robot)
-        self.teleop = (Teleop(self.env.tr, cfg.teleop, cfg.robot.topic(cfg.teleop.topic))
-                       if cfg.teleop is not None else None)
+        if env is None and cfg.sim is not None:
+            env = SimRobot(cfg.robot, cfg.sim)
+        elif env is None:  # success from the twin's topic, the operator, or a learned classifier
+            from embodied.robot_rl.reward import classifier_for_robot
+
+            clf = classifier_for_robot(cfg.reward_classifier, cfg.robot) if cfg.robot.success == "classifier" else None
+            env = RobotEnv(cfg.robot, success_fn=clf)
+        self.env = env
+        self.teleop: Teleop | SimOperator | None = None  # the operator: action() or None, before each step
+        if cfg.teleop is not None:
+            self.teleop = Teleop(self.env.tr, cfg.teleop, cfg.robot.topic(cfg.teleop.topic))
+        elif cfg.sim is not None and cfg.sim.operator:
+            self.teleop = SimOperator(self.env, cfg.robot.task, cfg.sim)
         spec = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(self.env.spec).items()}
         self.writer = EpisodeWriter(self.dir / "online", cfg.robot.task, spec)
         self.link = ActorLink(self.dir, cfg.actor.port)
@@ -67,6 +78,15 @@ class Actor:
 
     def _learner_lost(self) -> bool:
         return time.monotonic() - self.link.last_weights_time > self.cfg.actor.learner_timeout_s
+
+    def _wait_synced(self, key: tuple[int, int]) -> None:
+        """actor.lockstep: wait until the learner is done with the transition `key` (or is lost)."""
+        t = time.monotonic()
+        while self.link.synced < key and not self._learner_lost():
+            self.link.heard.wait(0.05)
+            self.link.heard.clear()
+            self._poll_link()
+        self.held_s += time.monotonic() - t
 
     def _hold_for_learner(self) -> None:
         """on_learner_loss "hold": send nothing until weights come (the robot holds)."""
@@ -104,8 +124,9 @@ class Actor:
                 manual = self.teleop.action() if (self.teleop is not None and index is not None) else None
                 if manual is not None:
                     a = torch.as_tensor(manual, dtype=torch.float32)[None]
-                js = self.env._js.latest()
+                js = self.env._js.latest() if isinstance(self.env, RobotEnv) else None
                 res = self.env.step(a)
+                step = len(steps)
                 if js is not None and index is not None:  # timing of training steps
                     self.latency.append(self.env.last_command_time - js.recv_time)
                     self.sent_at.append(self.env.last_command_time)
@@ -116,12 +137,17 @@ class Actor:
                 nxt = (res.final_obs if done else res.obs)
                 steps.append({"obs": obs, "action": a[0], "reward": res.reward[0], "success": res.info["success"][0],
                               "intervened": manual is not None, "version": self.version})
+                if success and self.cfg.actor.keep_success_frame:  # the success state, for `embodied reward train`
+                    steps.append({"obs": res.final_obs, "action": torch.zeros_like(a[0]), "reward": torch.tensor(0.0),
+                                  "success": torch.tensor(True), "intervened": False, "version": self.version})
                 if index is not None:
                     t = {"obs": obs[key][0], "action": a[0], "reward": res.reward[0].float(), "next_obs": nxt[key][0],
                          "terminated": float(res.terminated[0]), "intervened": float(manual is not None),
-                         "version": float(self.version), "episode": index, "step": len(steps) - 1}
+                         "version": float(self.version), "episode": index, "step": step}
                     self.memory.setdefault(index, []).append(t)
                     self.link.send(("transition", to_wire(t)))
+                    if self.cfg.actor.lockstep:
+                        self._wait_synced((index, step))
                 obs = res.obs
                 if done:
                     break
@@ -129,8 +155,8 @@ class Actor:
             if index is not None and steps:
                 self._record(steps)
         n_iv = sum(s["intervened"] for s in steps)
-        return obs, {"success": success, "steps": len(steps), "interventions": n_iv,
-                     "intervention_rate": n_iv / max(len(steps), 1)}
+        n = len(steps) - (success and self.cfg.actor.keep_success_frame)  # steps acted
+        return obs, {"success": success, "steps": n, "interventions": n_iv, "intervention_rate": n_iv / max(n, 1)}
 
     def _record(self, steps: list[dict]) -> None:
         ep: dict[str, torch.Tensor] = {}

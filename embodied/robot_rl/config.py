@@ -1,6 +1,7 @@
 """`embodied finetune-robot` configuration: one YAML file (configs/finetune_*.yaml), sections
 robot (RobotEnvConfig, with safety: SafetyConfig), sac (SACConfig), teleop (TeleopConfig or
-null), actor, learner, and the top-level run fields. Unknown keys and bad values are one-line
+null), sim (SimConfig or null: the twin in the actor's process instead of ROS 2), actor,
+learner, and the top-level run fields. Unknown keys and bad values are one-line
 errors naming the field."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 import yaml
 
 from embodied.robot_rl.agent import SACConfig
+from embodied.robot_rl.sim_robot import SimConfig
 from robot_bridge.robot_env import RobotEnvConfig
 from robot_bridge.safety import SafetyConfig
 from robot_bridge.teleop import TeleopConfig
@@ -35,6 +37,8 @@ class ActorConfig:
     nominal_hz: float | None = None  # the robot's real control rate for robot time (None: robot.control_hz)
     port: int = 0  # the link's local port (0: any free port, written to run_dir/actor.port)
     seed: int = 0
+    lockstep: bool = False  # wait after each training step until the learner has done its updates (twins)
+    keep_success_frame: bool = True  # record the state a success was seen in as one more row (reward classifier data)
 
     def __post_init__(self) -> None:
         if self.on_learner_loss not in ON_LEARNER_LOSS:
@@ -70,9 +74,11 @@ class FinetuneConfig:
     run_dir: str = "runs/finetune"
     demos: str | None = None  # a LeRobot v3 dataset of demonstrations (embodied collect)
     obs_key: str = "privileged"  # the observation the policy reads (state or privileged)
+    reward_classifier: str | None = None  # with robot.success: classifier (embodied reward train)
     robot: RobotEnvConfig = field(default_factory=RobotEnvConfig)
     sac: SACConfig = field(default_factory=SACConfig)
     teleop: TeleopConfig | None = None
+    sim: SimConfig | None = None
     actor: ActorConfig = field(default_factory=ActorConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     init: InitConfig = field(default_factory=InitConfig)
@@ -82,6 +88,14 @@ class FinetuneConfig:
             raise FinetuneConfigError(f"obs_key: unknown {self.obs_key!r}; allowed: state, privileged")
         if self.obs_key == "privileged" and not self.robot.privileged_topic:
             raise FinetuneConfigError("obs_key: 'privileged' needs robot.privileged_topic")
+        if self.robot.success == "classifier" and not self.reward_classifier:
+            raise FinetuneConfigError("reward_classifier: robot.success 'classifier' needs one (embodied reward train)")
+        if self.sim is not None and self.robot.success != "topic":
+            raise FinetuneConfigError(f"robot.success: {self.robot.success!r} with the in-process twin (sim), which "
+                                      "ends episodes at its own success; allowed with sim: topic")
+        if self.sim is not None and self.teleop is not None:
+            raise FinetuneConfigError("teleop: the in-process twin (sim) has no ROS 2 topics; allowed with sim: "
+                                      "null (sim.operator: true for the scripted operator)")
 
 
 def _build(cls: type, data: Any, where: str) -> Any:
@@ -105,7 +119,7 @@ def _build(cls: type, data: Any, where: str) -> Any:
             msg = f"{where}.{msg}"
         elif head.startswith("safety."):
             msg = f"robot.{msg}"
-        elif not head.startswith((f"{where}.", "sac.", "teleop.")):
+        elif not head.startswith((f"{where}.", "sac.", "teleop.", "sim.")):
             msg = f"{where}: {msg}"
         raise FinetuneConfigError(msg) from None
 
@@ -123,6 +137,8 @@ def config_from_dict(data: dict[str, Any]) -> FinetuneConfig:
                 "init": _build(InitConfig, data.pop("init", None), "init")}
     teleop = data.pop("teleop", None)
     sections["teleop"] = None if teleop is None else _build(TeleopConfig, teleop, "teleop")
+    sim = data.pop("sim", None)
+    sections["sim"] = None if sim is None else _build(SimConfig, sim, "sim")
     names = {f.name for f in dataclasses.fields(FinetuneConfig)} - set(sections)
     unknown = sorted(set(data) - names)
     if unknown:

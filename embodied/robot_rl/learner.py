@@ -9,7 +9,10 @@ loaded; the actor re-sends the rest, and (episode, step) keys drop any duplicate
 Pacing: one update (utd critic steps, then the actor) per transition received at most
 (learner.max_updates_per_transition), after learner.warmup_transitions; the first
 learner.critic_warmup_updates leave the actor as it is, so a fresh critic cannot pull the
-starting policy apart."""
+starting policy apart. In lockstep (actor.lockstep, for a twin that can wait), the learner
+tells the actor ("synced") once it has done every update due for what it received, and pushes
+weights every push_every_s of robot time (push_every_s * robot.control_hz transitions) instead
+of wall time, so that a run does not depend on how fast the machine is."""
 
 from __future__ import annotations
 
@@ -138,40 +141,54 @@ class Learner:
 
     def serve(self, timeout_s: float = 60.0) -> str:
         """Connect to the actor and learn until it says stop (or goes away). Returns why it ended."""
-        lc = self.cfg.learner
+        lc, lockstep = self.cfg.learner, self.cfg.actor.lockstep
+        push_every_n = max(1, round(lc.push_every_s * self.cfg.robot.control_hz))  # lockstep: robot time
         conn = connect_learner(self.dir, timeout_s)
         conn.send(("hello", {"episodes": self.loaded_episodes}))
         self._push(conn)
         last_push = last_ckpt = time.monotonic()
+        newest, synced, pushed_at = (-1, -1), (-1, -1), len(self.online)
         try:
             while True:
                 for msg in poll_all(conn):
                     if msg[0] == "transition":
                         t = msg[1]
                         key = (int(t["episode"]), int(t["step"]))
+                        newest = max(newest, key)
                         if int(t["episode"]) >= self.loaded_episodes and key not in self.seen:
                             self.seen.add(key)
                             self._add(t)
                     elif msg[0] == "stop":
                         return str(msg[1])
-                if self.can_update():
+                updated = self.can_update()
+                if updated:
                     self.update()
-                else:
-                    conn.poll(0.01)
                 now = time.monotonic()
-                if now - last_push >= lc.push_every_s:
-                    self.version += 1
-                    self._push(conn)
+                if lockstep:
+                    if not updated and newest > synced:  # caught up with all received: push if due, say so
+                        if len(self.online) - pushed_at >= push_every_n:
+                            self._new_version(conn)
+                            pushed_at = len(self.online)
+                        conn.send(("synced", newest))
+                        synced = newest
+                elif now - last_push >= lc.push_every_s:
+                    self._new_version(conn)
                     last_push = now
-                    self._log()
                 if now - last_ckpt >= lc.checkpoint_every_s:
                     self.checkpoint()
                     last_ckpt = now
+                if not updated:
+                    conn.poll(0.01)
         except (EOFError, OSError):
             return "actor gone"
         finally:
             self.checkpoint()
             conn.close()
+
+    def _new_version(self, conn: Any) -> None:
+        self.version += 1
+        self._push(conn)
+        self._log()
 
 
 def run_learner(cfg: FinetuneConfig) -> str:

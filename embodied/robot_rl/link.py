@@ -4,12 +4,14 @@ authenticated with a key kept in the run directory).
 The actor listens; a learner connects (and reconnects after it restarts). Messages:
   learner -> actor   ("hello", {"episodes": K})            K episodes are loaded from disk already
                      ("weights", version, {name: array})   the actor's new weights
+                     ("synced", (episode, step))           lockstep: every update due for the
+                                                           transitions up to this one is done
   actor -> learner   ("transition", {...})                 one transition (embodied/robot_rl/replay.py)
                      ("episode", {...})                    an episode's summary
                      ("stop", reason)                      the run ended (e-stop, budget, error)
 Tensors travel as numpy arrays (`to_wire`): torch's own pickling of a tensor shares its memory
 through a file descriptor, which only works between a parent and its children.
-The actor never blocks on the learner: a receiver thread takes weights as they come, and a
+The actor never blocks on the learner (except in lockstep, actor.lockstep): a receiver thread takes weights as they come, and a
 sender thread drains a queue; a broken connection makes the actor "learner-less" until a
 learner connects again. Transitions that could not be sent are kept on disk (the dataset)
 and in memory for the learner's next hello."""
@@ -57,7 +59,9 @@ class ActorLink:
         self._conn: Connection | None = None
         self._lock = threading.Lock()
         self._weights: tuple[int, dict] | None = None
-        self.last_weights_time = time.monotonic()
+        self.last_weights_time = time.monotonic()  # the learner's last weights or synced message
+        self.synced: tuple[int, int] = (-1, -1)  # lockstep: the newest transition the learner is done with
+        self.heard = threading.Event()  # set by every weights or synced message
         self.hello = queue.Queue()  # episodes counts of learners that connected
         self.out: queue.Queue = queue.Queue()
         self.closed = threading.Event()
@@ -94,6 +98,12 @@ class ActorLink:
                     with self._lock:
                         self._weights = (msg[1], msg[2])
                         self.last_weights_time = time.monotonic()
+                    self.heard.set()
+                elif msg[0] == "synced":
+                    with self._lock:
+                        self.synced = max(self.synced, tuple(msg[1]))
+                        self.last_weights_time = time.monotonic()
+                    self.heard.set()
                 elif msg[0] == "hello":
                     self.hello.put(msg[1]["episodes"])
         except (EOFError, OSError):

@@ -36,6 +36,10 @@ def cmd_finetune_robot(args: argparse.Namespace) -> int:
         cfg = load_finetune_config(args.config, args.overrides)
         if args.role in ("all", "init"):
             prepare(cfg)
+        if args.role in ("all", "actor") and cfg.robot.success == "classifier":
+            from embodied.robot_rl.reward import classifier_for_robot
+
+            classifier_for_robot(cfg.reward_classifier, cfg.robot)  # a mismatch: one line, before anything runs
     except (FinetuneConfigError, EnvError, ValueError) as e:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2

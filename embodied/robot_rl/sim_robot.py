@@ -1,0 +1,98 @@
+"""The twin in the actor's own process (config section `sim`): the robot's task as a MuJoCo env
+(num_envs = 1) behind the same safety layer, with what the actor needs of RobotEnv, and the
+scripted operator's takeover rule (robot_bridge/operator_node.py) read from the same frames.
+No ROS 2, no DDS: with `actor.lockstep` a run goes as fast as the learner updates, so a run of
+the finetuning loop fits in a test (tests/test_robot_rl_learning.py).
+
+What matches `embodied robot-sim TASK` behind RobotEnv: observations "state" [1, 9],
+"privileged" [1, P] and, for each camera named in robot.image_topics, "rgb_<cam>" uint8
+[1, H, W, 3] at robot.image_size; reward = success (sparse), terminated = success, truncated at
+robot.max_episode_steps (a task's failure: truncated at once); the final observation of a finished episode is its last frame and
+the next episode starts inside `step` (auto-reset); `reset(seed)` for held-out seeds.
+Commands pass robot.safety (SafeVecEnv: a refused command becomes a hold, as the simulator must
+step); an e-stop makes every later step an EnvError, as on the robot."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from robot_bridge.robot_env import RobotEnvConfig
+from robot_bridge.safety import SafetyConfig, SafeVecEnv
+from sims.vecenv import EnvError, Obs, Seed, StepResult
+
+
+@dataclass
+class SimConfig:
+    """`sim:` in a finetune config: run robot.task in process instead of over ROS 2."""
+
+    seed: int = 0  # the twin's episode stream (training episodes)
+    operator: bool = False  # the scripted operator takes over when the policy strays
+    window: int = 5  # frames over which the distance to go must shrink by min_progress (m)
+    min_progress: float = 0.01
+    takeover: int = 5  # frames of one takeover
+
+    def __post_init__(self) -> None:
+        if self.window < 1 or self.takeover < 1 or not self.min_progress >= 0:
+            raise ValueError(f"sim.window, sim.takeover: must be >= 1, sim.min_progress >= 0; "
+                             f"got {self.window}, {self.takeover}, {self.min_progress}")
+
+
+class SimRobot:
+    """robot.task in process, with RobotEnv's surface for the actor: spec, reset, step, safety,
+    close. `obs` is the newest frame (the one the next action acts on)."""
+
+    def __init__(self, robot: RobotEnvConfig, sim: SimConfig):
+        from sims.registry import make_env
+
+        cams = tuple(robot.image_topics)  # camera names of the task (front, wrist), rendered at robot.image_size
+        env = make_env(robot.task, 1, obs_mode="rgb" if cams else "state", reward_mode="sparse", num_threads=1,
+                       seed=sim.seed, max_episode_steps=robot.max_episode_steps, cameras=cams or ("front",),
+                       image_size=tuple(robot.image_size))
+        if robot.privileged_topic and env.spec.privileged_dim != robot.privileged_dim:
+            raise EnvError(f"robot.privileged_dim: {robot.privileged_dim}, but {robot.task}'s privileged "
+                           f"observation has {env.spec.privileged_dim} values")
+        self.env = SafeVecEnv(env, robot.safety or SafetyConfig(action_dim=robot.action_dim))
+        self.spec = env.spec
+        self.safety = self.env.filters[0]
+        self.obs: Obs | None = None
+        self.new_episode = True  # the newest frame starts an episode
+
+    def reset(self, seed: Seed = None, env_ids: torch.Tensor | None = None) -> tuple[Obs, dict]:
+        self.obs, info = self.env.reset(seed=seed)
+        self.new_episode = True
+        return self.obs, info
+
+    def step(self, action: torch.Tensor) -> StepResult:
+        if self.safety.estopped:
+            raise EnvError("robot: e-stop engaged; no further commands (clear it on the robot, then restart)")
+        res = self.env.step(action)
+        # as RobotEnv: reward and termination from success only; a task's own failure ends the
+        # episode as truncated (the twin would hold until the time limit)
+        success = res.info["success"].bool()
+        res.truncated = (res.truncated | res.terminated) & ~success
+        res.reward, res.terminated = success.float(), success
+        self.obs, self.new_episode = res.obs, bool(res.done[0])
+        return res
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class SimOperator:
+    """The scripted operator in process: `action()` before each step is the expert's action while
+    it is in control (robot_bridge.operator_node.TakeoverRule on the newest frame), else None."""
+
+    def __init__(self, robot: SimRobot, task: str, sim: SimConfig):
+        from robot_bridge.operator_node import TakeoverRule
+
+        self.robot = robot
+        self.rule = TakeoverRule(task, sim.window, sim.min_progress, sim.takeover)
+
+    def action(self) -> np.ndarray | None:
+        if self.robot.new_episode:
+            self.rule.reset()
+            self.robot.new_episode = False
+        return self.rule.frame(self.robot.obs["privileged"][0].double().numpy())
