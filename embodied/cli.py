@@ -1,5 +1,5 @@
 """`embodied` command line: train, eval, collect, sft, pipeline, robot-sim, serve, report, sim2real,
-finetune-robot, robot-operator, world-model, list.
+finetune-robot, robot-operator, reward, world-model, list.
 
 Building the parser, `--help` and `embodied list` import nothing heavy (no torch, MuJoCo,
 transformers, ROS/DDS: tests/test_cli_startup.py); each handler imports what it needs.
@@ -230,6 +230,10 @@ def parser() -> argparse.ArgumentParser:
     op.add_argument("--transport", default="auto", choices=("auto", "dds", "rclpy"))
     op.add_argument("--domain-id", type=int, default=None)
     op.set_defaults(fn=cmd_robot_operator)
+    from embodied.robot_rl.reward_cli import reward_arguments  # argparse only
+
+    rw = sub.add_parser("reward", help="train a success classifier for on-robot RL (docs/robot_rl.md)")
+    reward_arguments(rw)
     from sims.world_model.cli import world_model_arguments  # argparse only
 
     wm = sub.add_parser("world-model", help="train or evaluate a learned world model (docs/world_model.md)")
