@@ -200,3 +200,18 @@ def test_bfloat16_and_the_converter(ckpt, tmp_path):
     (tmp_path / "map.yaml").write_text(yaml.safe_dump(MAP))
     assert main([str(merged), "--input-map", str(tmp_path / "map.yaml"), "--out", str(tmp_path / "ours")]) == 0
     assert torch.equal(OFTVLA.from_pretrained(tmp_path / "ours").act(obs, deterministic=True).actions, full)
+
+
+def test_lora_and_frozen_backbone_on_a_loaded_oft(ckpt):
+    from policies.vla.lora import apply_lora, trainable_summary
+
+    policy = load_pretrained(ckpt[1], MAP)
+    obs = _obs(2)
+    before = policy.act(obs, deterministic=True).actions
+    wrapped = apply_lora(policy.prefix, 2)  # q, k, v, o of 2 DINOv2, 2 SigLIP and 2 LM layers; the rest frozen
+    summary = trainable_summary(policy)
+    assert wrapped == 3 * 2 * 4 and set(summary) - {"trainable", "total"} == {
+        "prefix", "head", "proprio_proj", "log_std", "critic"}
+    assert torch.equal(policy.act(obs, deterministic=True).actions, before)  # fresh adapters change nothing
+    with pytest.raises(ValueError, match="empty_token_id: 29871 is outside the LM's"):
+        OFTVLA(type(policy.config)(state_dim=5, action_dim=4))

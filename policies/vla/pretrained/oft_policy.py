@@ -109,6 +109,11 @@ class OFTVLA(VLAPolicy):
         self.tokenizer = TextTokenizer(config, _source_dir)
         self.text_vocab = self.tokenizer.vocab_size
         self.prefix = OFTPrefix(config, build_lm(config, self.text_vocab, causal_lm=False))
+        vocab = self.prefix.lm.get_input_embeddings().num_embeddings
+        for key in ("empty_token_id", "stop_token_id"):
+            if not 0 <= getattr(config, key) < vocab:
+                raise ValueError(f"{key}: {getattr(config, key)} is outside the LM's {vocab} tokens; give a "
+                                 "Llama-style tokenizer directory or ids within its vocabulary")
         width = self.prefix.width
         self.proprio_proj = ProprioProjector(config.state_dim, width) if config.proprio else None
         self.head = L1Head(width, config.action_dim, config.head_blocks)
