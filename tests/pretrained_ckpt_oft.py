@@ -28,7 +28,8 @@ DINO_W, SIG_W, LM_W, VOCAB = 64, 72, 64, 64
 ACTION, STATE, CHUNK = 4, 5, 3
 LORA_R, LORA_ALPHA = 4, 2.0
 VISION_IDS = ["vit_large_patch14_reg4_dinov2.lvd142m", "vit_so400m_patch14_siglip_224"]
-WORDS = "In : What action should the robot take to ? Out push pick place a red green blue cube square onto reach lift".split()
+WORDS = ("In : What action should the robot take to ? Out "
+         "push pick place a red green blue cube square onto reach lift").split()
 TEXT = dict(vocab_size=VOCAB, hidden_size=LM_W, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, rms_norm_eps=1e-6, max_position_embeddings=512, hidden_act="silu")
 # LoRA-adapted Linears (a few of OFT's all-linear targets), PEFT names without the "base_model.model." prefix
@@ -41,7 +42,8 @@ def _tower(g: torch.Generator, prefix: str, width: int, mlp: int, dino: bool) ->
         return torch.randn(*shape, generator=g) * (std if std is not None else shape[-1] ** -0.5)
 
     t = {prefix + "patch_embed.proj.weight": w(width, 3, PATCH, PATCH, std=(3 * PATCH * PATCH) ** -0.5),
-         prefix + "patch_embed.proj.bias": w(width, std=0.1), prefix + "pos_embed": w(1, (IMAGE // PATCH) ** 2, width, std=0.5),
+         prefix + "patch_embed.proj.bias": w(width, std=0.1),
+         prefix + "pos_embed": w(1, (IMAGE // PATCH) ** 2, width, std=0.5),
          prefix + "norm.weight": 1 + w(width, std=0.2), prefix + "norm.bias": w(width, std=0.1)}
     if dino:
         t[prefix + "cls_token"], t[prefix + "reg_token"] = w(1, 1, width, std=0.5), w(1, 4, width, std=0.5)
@@ -137,7 +139,8 @@ class OFTReference:
         for i in range(DEPTH - 1):
             b = lambda n: t[f"blocks.{i}.{n}"]  # noqa: E731
             h = F.layer_norm(x, (width,), b("norm1.weight"), b("norm1.bias"), 1e-6)
-            qkv = F.linear(h, b("attn.qkv.weight"), b("attn.qkv.bias")).reshape(B, x.shape[1], 3, heads, -1).permute(2, 0, 3, 1, 4)
+            qkv = F.linear(h, b("attn.qkv.weight"), b("attn.qkv.bias"))
+            qkv = qkv.reshape(B, x.shape[1], 3, heads, -1).permute(2, 0, 3, 1, 4)  # q, k, v rows, as timm
             a = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2]).transpose(1, 2).reshape(B, x.shape[1], width)
             a = F.linear(a, b("attn.proj.weight"), b("attn.proj.bias"))
             x = x + (a * b("ls1.scale_factor") if dino else a)
@@ -152,7 +155,8 @@ class OFTReference:
         x = F.relu(F.linear(x, t["model.fc1.weight"], t["model.fc1.bias"]))
         for i in range(2):
             p = f"model.mlp_resnet_blocks.{i}.ffn."
-            x = x + F.relu(F.linear(F.layer_norm(x, (LM_W,), t[p + "0.weight"], t[p + "0.bias"]), t[p + "1.weight"], t[p + "1.bias"]))
+            h = F.layer_norm(x, (LM_W,), t[p + "0.weight"], t[p + "0.bias"])
+            x = x + F.relu(F.linear(h, t[p + "1.weight"], t[p + "1.bias"]))
         x = F.layer_norm(x, (LM_W,), t["model.layer_norm2.weight"], t["model.layer_norm2.bias"])
         return F.linear(x, t["model.fc2.weight"], t["model.fc2.bias"])
 
@@ -161,7 +165,8 @@ class OFTReference:
                 unnorm_key: str = "tiny_task") -> torch.Tensor:
         """One row: images uint8 [H, W, 3] per camera, raw state [STATE] -> unnormalised chunk [K, A]
         (clamped to [-1, 1], the toolkit's env contract)."""
-        mean, std = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1), torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+        mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
+        std = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
         feats = []
         for im in images:
             x = im.permute(2, 0, 1)[None].float() / 255.0
@@ -170,10 +175,11 @@ class OFTReference:
             feats.append(torch.cat([d, s], dim=-1))
         t = self.merged
         p = torch.cat(feats, dim=1)
-        p = F.linear(F.gelu(F.linear(p, t["projector.fc1.weight"], t["projector.fc1.bias"])), t["projector.fc2.weight"], t["projector.fc2.bias"])
+        p = F.gelu(F.linear(p, t["projector.fc1.weight"], t["projector.fc1.bias"]))
+        p = F.linear(p, t["projector.fc2.weight"], t["projector.fc2.bias"])
         p = F.linear(F.gelu(p), t["projector.fc3.weight"], t["projector.fc3.bias"])
         st = self.stats[unnorm_key]
-        lo, hi = torch.tensor(st["proprio"]["q01"], dtype=torch.float64), torch.tensor(st["proprio"]["q99"], dtype=torch.float64)
+        lo, hi = (torch.tensor(st["proprio"][q], dtype=torch.float64) for q in ("q01", "q99"))
         s = state.double()
         s = torch.where(torch.tensor(st["proprio"]["mask"]), 2 * (s - lo) / (hi - lo + 1e-8) - 1, s).clamp(-1, 1).float()
         q = self.proprio
@@ -194,7 +200,7 @@ class OFTReference:
         n_patches = p.shape[1]
         h = hidden[0, n_patches + n_prompt:n_patches + n_prompt + M]  # OFT's slice
         a = self.head_forward(h.reshape(CHUNK, ACTION * LM_W)).double()
-        lo, hi = torch.tensor(st["action"]["q01"], dtype=torch.float64), torch.tensor(st["action"]["q99"], dtype=torch.float64)
+        lo, hi = (torch.tensor(st["action"][q], dtype=torch.float64) for q in ("q01", "q99"))
         a = torch.where(torch.tensor(st["action"]["mask"]), 0.5 * (a + 1) * (hi - lo + 1e-8) + lo, a)
         return a.clamp(-1, 1).float()
 
@@ -227,8 +233,9 @@ def write_oft(path: Path, ref: OFTReference, adapter_only: bool = False) -> Path
     _config(path)
     write_tokenizer(path)
     if not adapter_only:
-        shards = {"model-00001-of-00002.safetensors": {k: v for k, v in ref.merged.items() if not k.startswith("language_model.")},
-                  "model-00002-of-00002.safetensors": {k: v for k, v in ref.merged.items() if k.startswith("language_model.")}}
+        lm = {k for k in ref.merged if k.startswith("language_model.")}
+        shards = {"model-00001-of-00002.safetensors": {k: v for k, v in ref.merged.items() if k not in lm},
+                  "model-00002-of-00002.safetensors": {k: v for k, v in ref.merged.items() if k in lm}}
         for name, tensors in shards.items():
             save_file({k: v.contiguous() for k, v in tensors.items()}, str(path / name))
         (path / "model.safetensors.index.json").write_text(json.dumps(
@@ -289,8 +296,8 @@ def real_size_oft_keys() -> dict[str, torch.Tensor]:
             "model.fc1.bias": (4096,), "model.layer_norm2.weight": (4096,), "model.layer_norm2.bias": (4096,),
             "model.fc2.weight": (7, 4096), "model.fc2.bias": (7,)}
     for i in range(2):
-        head.update({f"model.mlp_resnet_blocks.{i}.ffn.0.weight": (4096,), f"model.mlp_resnet_blocks.{i}.ffn.0.bias": (4096,),
-                     f"model.mlp_resnet_blocks.{i}.ffn.1.weight": (4096, 4096), f"model.mlp_resnet_blocks.{i}.ffn.1.bias": (4096,)})
+        b = f"model.mlp_resnet_blocks.{i}.ffn."
+        head.update({b + "0.weight": (4096,), b + "0.bias": (4096,), b + "1.weight": (4096, 4096), b + "1.bias": (4096,)})
     shapes.update({"action_head:" + k: v for k, v in head.items()})
     shapes.update({"proprio_projector:fc1.weight": (4096, 8), "proprio_projector:fc1.bias": (4096,),
                    "proprio_projector:fc2.weight": (4096, 4096), "proprio_projector:fc2.bias": (4096,)})

@@ -29,7 +29,8 @@ def ckpt(tmp_path_factory):
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("oft")
     ref = OFTReference(seed=0)
-    return ref, write_oft(root / "merged", ref), write_oft(root / "adapter", ref, adapter_only=True), write_base(root / "base", ref)
+    return (ref, write_oft(root / "merged", ref), write_oft(root / "adapter", ref, adapter_only=True),
+            write_base(root / "base", ref))
 
 
 def _obs(B: int = 3) -> dict:
@@ -175,8 +176,9 @@ def test_real_size_layout_maps_strictly_onto_the_preset():
     source = Sources()
     source.add_file(tensors)
     cfg = openvla_oft()
-    arch = architecture(source.shapes, {"use_fused_vision_backbone": True, "timm_model_ids": VISION_IDS,
-                                        "image_sizes": [224, 224], "text_config": {"model_type": "llama", "vocab_size": 32064}}, "real")
+    config = {"use_fused_vision_backbone": True, "timm_model_ids": VISION_IDS, "image_sizes": [224, 224],
+              "text_config": {"model_type": "llama", "vocab_size": 32064}}
+    arch = architecture(source.shapes, config, "real")
     assert arch["dino"] == cfg.dino and arch["siglip"] == cfg.vision
     assert {k: arch["lm"][k] for k in cfg.lm} == cfg.lm
     with torch.device("meta"):
