@@ -24,6 +24,7 @@ import torch
 from embodied.dataset import EpisodeWriter
 from embodied.robot_rl.config import FinetuneConfig
 from embodied.robot_rl.data import load_policy
+from embodied.robot_rl.labels import Labels
 from embodied.robot_rl.link import ActorLink, to_wire
 from embodied.robot_rl.sim_robot import SimOperator, SimRobot
 from robot_bridge.robot_env import RobotEnv
@@ -50,6 +51,8 @@ class Actor:
             self.teleop = Teleop(self.env.tr, cfg.teleop, cfg.robot.topic(cfg.teleop.topic))
         elif cfg.sim is not None and cfg.sim.operator:
             self.teleop = SimOperator(self.env, cfg.robot.task, cfg.sim)
+        self.labels = (Labels(cfg.labels, getattr(self.env, "tr", None), cfg.robot.topic(cfg.labels.topic or ""))
+                       if cfg.labels is not None else None)
         spec = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(self.env.spec).items()}
         self.writer = EpisodeWriter(self.dir / "online", cfg.robot.task, spec)
         self.link = ActorLink(self.dir, cfg.actor.port)
@@ -115,6 +118,7 @@ class Actor:
         streamed). Returns the next episode's first observation and the episode's summary;
         raises EnvError (the episode so far recorded) when the robot fails or is e-stopped."""
         key, steps, success = self.cfg.obs_key, [], False
+        started = time.monotonic()  # labels given before this belong to an earlier episode
         try:
             while True:
                 if index is not None:
@@ -132,6 +136,8 @@ class Actor:
                     self.sent_at.append(self.env.last_command_time)
                 self.robot_steps += 1
                 self.train_steps += index is not None
+                if self.labels is not None and index is not None and not bool(res.done[0]):
+                    self._apply_label(res, started)
                 done = bool(res.done[0])
                 success = bool(res.info["success"][0])
                 nxt = (res.final_obs if done else res.obs)
@@ -157,6 +163,19 @@ class Actor:
         n_iv = sum(s["intervened"] for s in steps)
         n = len(steps) - (success and self.cfg.actor.keep_success_frame)  # steps acted
         return obs, {"success": success, "steps": n, "interventions": n_iv, "intervention_rate": n_iv / max(n, 1)}
+
+    def _apply_label(self, res: Any, since: float) -> None:
+        """The operator's label since the episode started ends it here: "success" as a success
+        (reward 1, terminated), "failure" as truncated; the robot is reset."""
+        label = self.labels.take(since)
+        if label is None:
+            return
+        won = label == "success"
+        res.final_obs = res.obs
+        res.reward, res.info["success"] = torch.tensor([float(won)]), torch.tensor([won])
+        res.terminated, res.truncated = torch.tensor([won]), torch.tensor([not won])
+        res.obs, _ = self.env.reset()
+        log.info("actor: the operator labelled the episode a %s", label)
 
     def _record(self, steps: list[dict]) -> None:
         ep: dict[str, torch.Tensor] = {}

@@ -1,6 +1,6 @@
 """`embodied finetune-robot` configuration: one YAML file (configs/finetune_*.yaml), sections
 robot (RobotEnvConfig, with safety: SafetyConfig), sac (SACConfig), teleop (TeleopConfig or
-null), sim (SimConfig or null: the twin in the actor's process instead of ROS 2), actor,
+null), labels (LabelConfig or null: success / failure from the operator), sim (SimConfig or null: the twin in the actor's process instead of ROS 2), actor,
 learner, and the top-level run fields. Unknown keys and bad values are one-line
 errors naming the field."""
 
@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from embodied.robot_rl.agent import SACConfig
+from embodied.robot_rl.labels import LabelConfig
 from embodied.robot_rl.sim_robot import SimConfig
 from robot_bridge.robot_env import RobotEnvConfig
 from robot_bridge.safety import SafetyConfig
@@ -79,6 +80,7 @@ class FinetuneConfig:
     sac: SACConfig = field(default_factory=SACConfig)
     teleop: TeleopConfig | None = None
     sim: SimConfig | None = None
+    labels: LabelConfig | None = None
     actor: ActorConfig = field(default_factory=ActorConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     init: InitConfig = field(default_factory=InitConfig)
@@ -93,6 +95,9 @@ class FinetuneConfig:
         if self.sim is not None and self.robot.success != "topic":
             raise FinetuneConfigError(f"robot.success: {self.robot.success!r} with the in-process twin (sim), which "
                                       "ends episodes at its own success; allowed with sim: topic")
+        if self.sim is not None and self.labels is not None and self.labels.topic is not None:
+            raise FinetuneConfigError("labels.topic: the in-process twin (sim) has no ROS 2 topics; allowed with sim: "
+                                      "null (labels.terminal: true)")
         if self.sim is not None and self.teleop is not None:
             raise FinetuneConfigError("teleop: the in-process twin (sim) has no ROS 2 topics; allowed with sim: "
                                       "null (sim.operator: true for the scripted operator)")
@@ -119,7 +124,7 @@ def _build(cls: type, data: Any, where: str) -> Any:
             msg = f"{where}.{msg}"
         elif head.startswith("safety."):
             msg = f"robot.{msg}"
-        elif not head.startswith((f"{where}.", "sac.", "teleop.", "sim.")):
+        elif not head.startswith((f"{where}.", "sac.", "teleop.", "sim.", "labels")):
             msg = f"{where}: {msg}"
         raise FinetuneConfigError(msg) from None
 
@@ -138,6 +143,8 @@ def config_from_dict(data: dict[str, Any]) -> FinetuneConfig:
     teleop = data.pop("teleop", None)
     sections["teleop"] = None if teleop is None else _build(TeleopConfig, teleop, "teleop")
     sim = data.pop("sim", None)
+    labels = data.pop("labels", None)
+    sections["labels"] = None if labels is None else _build(LabelConfig, labels, "labels")
     sections["sim"] = None if sim is None else _build(SimConfig, sim, "sim")
     names = {f.name for f in dataclasses.fields(FinetuneConfig)} - set(sections)
     unknown = sorted(set(data) - names)

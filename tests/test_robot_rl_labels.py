@@ -1,0 +1,99 @@
+"""Operator labels (embodied/robot_rl/labels.py): success / failure from a std_msgs/String or a
+Joy button over DDS, and the actor ending an episode on a label (in-process twin)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from embodied.robot_rl.config import FinetuneConfigError, config_from_dict
+from embodied.robot_rl.labels import LabelConfig, Labels
+from robot_bridge import ros_types as rt
+from robot_bridge.transport import COMMAND_QOS, make_transport
+from sims.vecenv import EnvError
+
+
+def _until(cond, timeout: float = 5.0) -> bool:
+    end = time.monotonic() + timeout
+    while not cond() and time.monotonic() < end:
+        time.sleep(0.01)
+    return cond()
+
+
+def test_string_and_joy_labels_over_dds(dds_env):
+    robot, op = make_transport("dds", node_name="robot"), make_transport("dds", node_name="keyboard")
+    try:
+        words = Labels(LabelConfig(), robot)
+        joy_labels = Labels(LabelConfig(topic="/joy", type="sensor_msgs/msg/Joy", success="buttons.1",
+                                        failure="buttons.2"), robot)
+        say = op.publisher("/labels", "std_msgs/msg/String", COMMAND_QOS)
+        pad = op.publisher("/joy", "sensor_msgs/msg/Joy", COMMAND_QOS)
+        joy = rt.msg_class("sensor_msgs/msg/Joy")
+        time.sleep(0.5)  # discovery
+        t0 = time.monotonic()
+        say.publish(rt.scalar("std_msgs/msg/String", "hello"))  # not a label
+        say.publish(rt.scalar("std_msgs/msg/String", "Success"))
+        assert _until(lambda: len(words._events) == 1)
+        assert words.take(since=time.monotonic()) is None  # given before the episode started: dropped
+        say.publish(rt.scalar("std_msgs/msg/String", "failure"))
+        assert _until(lambda: len(words._events) == 1) and words.take(since=t0) == "failure"
+        assert words.take(since=t0) is None  # taken once
+
+        def press(*buttons):
+            pad.publish(joy(header=rt.header(), axes=np.zeros(2, np.float32), buttons=np.array(buttons, np.int32)))
+
+        for b in ([0, 1, 0], [0, 1, 0], [0, 1, 0], [0, 0, 0], [0, 0, 1]):  # a held button is one press
+            press(*b)
+        assert _until(lambda: len(joy_labels._events) == 2)
+        assert [label for _, label in joy_labels._events] == ["success", "failure"]
+        assert joy_labels.take(since=t0) == "failure"  # the newest
+    finally:
+        robot.close()
+        op.close()
+
+
+def test_label_config_errors_are_one_line():
+    with pytest.raises(EnvError, match=r"^labels.type: unsupported 'std_msgs/msg/Bool'; allowed: "):
+        LabelConfig(type="std_msgs/msg/Bool")
+    with pytest.raises(EnvError, match=r"^labels: 'axes.1' is not a Joy button"):
+        LabelConfig(type="sensor_msgs/msg/Joy", success="axes.1", failure="buttons.0")
+    robot = {"task": "Reach", "privileged_topic": "/privileged", "privileged_dim": 15}
+    with pytest.raises(FinetuneConfigError, match=r"^labels.topic: the in-process twin"):
+        config_from_dict({"robot": robot, "sim": {}, "labels": {}})
+    with pytest.raises(FinetuneConfigError, match=r"^labels.colour: unknown key"):
+        config_from_dict({"robot": robot, "labels": {"colour": 1}})
+
+
+def test_actor_ends_an_episode_on_a_label(tmp_path):
+    from embodied.robot_rl.actor import Actor
+    from embodied.robot_rl.data import save_policy
+    from embodied.robot_rl.networks import TanhGaussianActor
+
+    run = tmp_path / "run"
+    cfg = config_from_dict({"run_dir": str(run), "robot": {"task": "Reach", "privileged_topic": "/privileged",
+                                                           "privileged_dim": 15},
+                            "sim": {"seed": 1}, "labels": {"topic": None, "terminal": True},
+                            "actor": {"episodes": 2, "eval_every": 0}})
+    run.mkdir()
+    save_policy(run / "policy.safetensors", TanhGaussianActor(15, 4, (16,)), 0, (16,))
+    actor = Actor(cfg)
+    try:
+        obs, _ = actor.env.reset()
+        actor.labels.give("success", t=float("inf"))  # counts for the next episode's first step
+        obs, first = actor.episode(obs, 0)
+        actor.labels.give("failure", t=float("inf"))
+        obs, second = actor.episode(obs, 1)
+    finally:
+        actor.link.close()
+        actor._progress.close()
+        actor.close()
+    assert (first["success"], first["steps"]) == (True, 1) and (second["success"], second["steps"]) == (False, 1)
+    from embodied.dataset import read_episodes
+
+    eps = list(read_episodes(run / "online"))
+    assert eps[0]["success"].tolist() == [True, True]  # the labelled step and its kept frame
+    assert eps[1]["success"].tolist() == [False] and eps[1]["reward"].tolist() == [0.0]
+    sent = [t for ep in sorted(actor.memory) for t in actor.memory[ep]]
+    assert [(t["terminated"], float(t["reward"])) for t in sent] == [(1.0, 1.0), (0.0, 0.0)]
