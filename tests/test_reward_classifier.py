@@ -78,7 +78,7 @@ def test_threshold_meets_the_false_positive_target():
 
 def test_reward_train_reports_held_out_metrics_and_checks_the_robot(recorded, tmp_path, capsys):
     out = tmp_path / "clf.safetensors"
-    assert main(["reward", "train", str(recorded / "online"), "--out", str(out), "--steps", "300",
+    assert main(["reward", "train", str(recorded / "online"), "--out", str(out), "--steps", "150",
                  "--fpr-target", "0.05"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["obs_key"] == "privileged" and rep["shape"] == [15]
@@ -129,3 +129,27 @@ def test_reward_train_errors_are_one_line(recorded, tmp_path, capsys):
         SuccessClassifier(recorded / "policy.safetensors")
     with pytest.raises(Exception, match="reward_classifier: robot.success 'classifier' needs one"):
         config_from_dict({"robot": {**ROBOT, "success": "classifier"}})
+
+
+def test_the_actor_asks_the_classifier_instead_of_the_success_topic(recorded, tmp_path, dds_env):
+    from embodied.robot_rl.actor import Actor
+    from embodied.robot_rl.reward import RewardTrainConfig, train_classifier
+
+    clf_path = tmp_path / "clf.safetensors"
+    train_classifier(recorded / "online", clf_path, RewardTrainConfig(steps=100))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "policy.safetensors").write_bytes((recorded / "policy.safetensors").read_bytes())
+    robot = {**ROBOT, "image_topics": {}, "success": "classifier", "transport": "dds"}
+    actor = Actor(config_from_dict({"run_dir": str(run), "robot": robot, "reward_classifier": str(clf_path)}))
+    try:
+        env = actor.env
+        assert isinstance(env.success_fn, SuccessClassifier) and env._succ is None  # no /success subscription
+        x, _ = episode_frames(recorded / "online", "privileged")[0]
+        for frame in (x[:1], x[-1:]):
+            obs = {"privileged": frame}
+            assert env._success(obs) == (env.success_fn.score(obs) > env.success_fn.threshold)
+    finally:
+        actor.link.close()
+        actor._progress.close()
+        actor.close()
