@@ -6,7 +6,7 @@ takeover rule, and the actor and learner go in lockstep (actor.lockstep: the act
 each step until the learner has done its updates; weights every 40 transitions, the 2 s of a
 20 Hz robot), so the run does not depend on the machine's speed and goes faster than real time.
 Start: behaviour cloning on 4 demonstrations; 100 training episodes; success of the
-deterministic policy on 20 held-out seeds before and after.
+deterministic policy on 20 held-out seeds before and after (configs/finetune_reach_sim.yaml).
 
 Five seeds (0-4) of exactly this run, with the code of the commit that adds this test,
 2026-11-24, a 2-core machine at load average 13-20: start 0.10 / 0.10 / 0.05 / 0.15 / 0.10, after 100 episodes 1.00 / 0.80 / 0.85 /
@@ -32,16 +32,11 @@ CLI = [sys.executable, "-m", "embodied.cli"]
 
 
 def lift_config(run_dir: Path, demos: Path, seed: int) -> dict:
-    return {"run_dir": str(run_dir), "demos": str(demos), "obs_key": "privileged",
-            "robot": {"task": "Reach", "privileged_topic": "/privileged", "privileged_dim": 15,
-                      "max_episode_steps": 50, "control_hz": 20},
-            "sim": {"seed": seed, "operator": True},
-            "init": {"bc_episodes": 4, "bc_steps": 1000},
-            "sac": {"hidden": [64, 64], "bc_weight": 1.0},
-            "actor": {"episodes": 100, "eval_every": 100, "eval_episodes": 20, "lockstep": True, "seed": seed,
-                      "learner_timeout_s": 120},
-            "learner": {"warmup_transitions": 100, "critic_warmup_updates": 200, "push_every_s": 2.0, "seed": seed,
-                        "checkpoint_every_s": 30}}
+    """configs/finetune_reach_sim.yaml with this run's directories and seeds."""
+    cfg = yaml.safe_load((ROOT / "configs" / "finetune_reach_sim.yaml").read_text())
+    cfg.update(run_dir=str(run_dir), demos=str(demos))
+    cfg["sim"]["seed"] = cfg["actor"]["seed"] = cfg["learner"]["seed"] = seed
+    return cfg
 
 
 @pytest.mark.slow
