@@ -1,10 +1,13 @@
-"""The actor process: drives the robot (RobotEnv behind its safety layer) with the newest
-weights, lets an operator take over from the teleop topic, records every episode (LeRobot v3)
-and streams each transition, tagged with the weight version it was acted with, to the learner.
+"""The actor process: drives the robot (RobotEnv behind its safety layer, or with `sim:` the
+task in this process, embodied/robot_rl/sim_robot.py) with the newest weights, lets an operator
+take over from the teleop topic, records every episode (LeRobot v3; a success's frame kept as
+one more row) and streams each transition, tagged with the weight version it was acted with,
+to the learner.
 
 Per step: newest weights from the link -> action from the policy (sampled) -> the operator's
 action instead while it is in control (the transition is marked intervened) -> env.step (the
-safety filter, then the command). If no weights came for actor.learner_timeout_s, the learner
+safety filter, then the command) -> an operator label (labels:) may end the episode -> with
+actor.lockstep, wait for the learner's updates. If no weights came for actor.learner_timeout_s, the learner
 is lost: "continue" acts on the last weights, "hold" sends nothing until weights come again.
 The run ends after actor.episodes training episodes, at an e-stop (clean: the episode so far is
 recorded, exit code 0) or at a robot error (one line, the episode so far recorded, code 1).
