@@ -29,20 +29,24 @@ from sims.registry import expert_for, make_env
 from sims.vecenv import EnvError
 
 CAMERAS = ("front", "wrist")
+LIBERO_CAMERAS = ("agentview", "wrist")  # LIBERO's (sims/libero): obs["rgb_agentview"], obs["rgb_wrist"]
 
 
-def _check(episodes: int, obs_mode: str, cameras: Sequence[str] | None, noise: float) -> tuple[str, ...]:
-    """Validated camera tuple; EnvError (one line, naming the option) on bad input."""
+def _check(episodes: int, obs_mode: str, cameras: Sequence[str] | None, noise: float,
+           task: str = "") -> tuple[str, ...]:
+    """Validated camera tuple; EnvError (one line, naming the option) on bad input. LIBERO tasks
+    have their own camera names (default: both, as LIBERO checkpoints read them)."""
     if not isinstance(episodes, int) or episodes <= 0:
         raise EnvError(f"--episodes must be a positive integer, got {episodes}")
     if not isinstance(noise, (int, float)) or not math.isfinite(noise) or noise < 0:
         raise EnvError(f"--noise must be a finite standard deviation >= 0, got {noise}")
+    allowed = LIBERO_CAMERAS if task.startswith("libero:") else CAMERAS
     if cameras is None:
-        return ("front",)
+        return allowed if task.startswith("libero:") else ("front",)
     cams = tuple(cameras)
-    bad = [c for c in cams if c not in CAMERAS]
+    bad = [c for c in cams if c not in allowed]
     if not cams or bad or len(set(cams)) != len(cams):
-        raise EnvError(f"--cameras: expected distinct names from {', '.join(CAMERAS)}, got {','.join(cams)!r}")
+        raise EnvError(f"--cameras: expected distinct names from {', '.join(allowed)}, got {','.join(cams)!r}")
     if obs_mode != "rgb":
         raise EnvError("--cameras records images: use it with --obs-mode rgb")
     return cams
@@ -57,11 +61,12 @@ def collect_demos(task: str, episodes: int, out: str | Path, seed: int = 0, obs_
     Env k of batch j starts from seed + j * num_envs + k, so a dataset is
     reproducible. With only_success, failed expert episodes are skipped.
     cameras: with obs_mode "rgb", the cameras recorded (default ("front",)); one mp4 per
-    camera and episode. noise: std of the DART noise added to the executed actions (`action`
-    stays the expert's, `executed_action` is the noisy one; see the module doc); drawn from a
-    generator seeded with `seed`.
+    camera and episode (LIBERO tasks: "agentview" and "wrist", both by default). noise: std of
+    the DART noise added to the executed actions (`action` stays the expert's,
+    `executed_action` is the noisy one; see the module doc); drawn from a generator seeded
+    with `seed`.
     """
-    cams = _check(episodes, obs_mode, cameras, noise)
+    cams = _check(episodes, obs_mode, cameras, noise, task)
     if not isinstance(expert_speed, (int, float)) or not 0.0 < expert_speed <= 1.0:
         raise EnvError(f"expert_speed must be in (0, 1], got {expert_speed}")
     expert = expert_for(task)

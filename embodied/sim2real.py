@@ -221,6 +221,15 @@ def sim2real(checkpoints: list[str], task: str, out: str | Path, trials: int = 1
         raise Sim2RealError(f"--trials, --num-envs: expected >= 1, got {trials}, {num_envs}")
     if twin and robot_file:
         raise Sim2RealError("--twin, --robot: give one robot, the twin or a real robot's config")
+    if task.startswith("libero:"):  # LIBERO's published protocol: every task, its official init states
+        if sweep_file or twin or robot_file:
+            raise Sim2RealError(f"--sweep, --twin, --robot: {task} has no randomisation knobs and no twin; "
+                                f"allowed: none of them (docs/libero.md)")
+        if trials > 50:
+            raise Sim2RealError(f"--trials: {trials}; LIBERO has 50 official init states per task, allowed: 1..50")
+        from sims.libero.protocol import run_checkpoints
+
+        return run_checkpoints(checkpoints, task, out, inits=trials, num_envs=num_envs, log=log)
     if twin and task.startswith("ms:"):
         raise Sim2RealError(f"--twin: the twin (embodied robot-sim) runs the MuJoCo tasks; {task} has none; "
                             f"allowed: --robot FILE, or no robot")

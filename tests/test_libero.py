@@ -194,15 +194,31 @@ def test_rendered_smoke():
 
 
 @needs_libero
-def test_dead_worker_is_one_line_and_close_cleans_up(env):
-    """Runs last in this module: it kills a worker of the shared env."""
+def test_dead_worker_is_restarted_once_then_one_line_and_close_cleans_up(env):
+    """Runs last in this module: it kills a worker of the shared env, twice."""
+    env.reset(seed=[0, 1])
+    before = env.step(torch.zeros(2, 7)).obs
     shm = [wk.shm.name for wk in env.workers]
     procs = [wk.proc for wk in env.workers]
     procs[1].kill()
     procs[1].wait()
-    with pytest.raises(EnvError, match=r"worker libero_spatial/0 \(env 1\) died") as e:
+    with pytest.warns(RuntimeWarning, match=r"worker libero_spatial/0 \(env 1\) died \(exit -9\).*again \(once\)"):
+        r = env.step(torch.zeros(2, 7))
+    # env 1's episode ended with its worker: truncated, its last observation as the final one; a
+    # new worker runs a new episode; env 0 went on
+    assert r.truncated.tolist() == [False, True] and not r.terminated.any() and env.restarts == [0, 1]
+    assert torch.equal(r.final_obs["privileged"][1], before["privileged"][1])
+    assert r.obs["privileged"][1, SIM_START] < before["privileged"][1, SIM_START]
+    assert env.workers[1].proc is not procs[1] and env.workers[1].proc.poll() is None
+    r = env.step(torch.zeros(2, 7))
+    assert not r.done.any()
+    env.workers[1].proc.kill()
+    env.workers[1].proc.wait()
+    with pytest.raises(EnvError, match=r"worker libero_spatial/0 \(env 1\) died .*started again once already") as e:
         env.step(torch.zeros(2, 7))
     assert "\n" not in str(e.value)
+    procs.append(env.workers[1].proc)
+    shm.append(env.workers[1].shm.name)
     env.close()
     assert all(p.poll() is not None for p in procs)
     assert not any(os.path.exists(f"/dev/shm/{n.lstrip('/')}") for n in shm)

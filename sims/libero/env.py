@@ -15,18 +15,22 @@ terminates the episode; `truncated` comes at the suite's max steps (counted afte
 steps). Resets: seed s starts from the task's official init state s mod 50 (layouts="official")
 or from a layout drawn by LIBERO's placement samplers seeded with s (layouts="sampled").
 chunk_step runs the whole chunk inside each worker and renders once, at its end.
+A worker that dies is started again once per env (a RuntimeWarning names it); its episode ends
+truncated, with the last observation before the death as the final one. A second death of the
+same env's worker raises one line naming the task.
 """
 
 from __future__ import annotations
 
 import json
 import time
+import warnings
 from typing import Any, Sequence
 
 import numpy as np
 import torch
 
-from sims.libero.proc import WorkerProc
+from sims.libero.proc import WorkerDied, WorkerProc
 from sims.libero.tasks import SETTLE_STEPS, SUITES, parse_name
 from sims.mujoco.seeding import parse_env_ids, parse_seeds, stream_from
 from sims.vecenv import ChunkStepResult, EnvError, EnvSpec, Obs, Seed, StepResult, VecEnv, check_action
@@ -80,6 +84,7 @@ class LiberoVecEnv(VecEnv):
         self.image_size, self.cameras, self.layouts = _size(image_size), cams, layouts
         self.device = torch.device(device) if device else torch.device("cpu")
         B, (h, w) = int(num_envs), self.image_size
+        self._start_timeout = float(start_timeout)
         n_tasks = SUITES[suite][0]
         try:
             for i in range(B):
@@ -102,6 +107,8 @@ class LiberoVecEnv(VecEnv):
         self._priv = torch.zeros(B, SIM_START + sim_dim)
         self._img = {c: torch.zeros(B, h, w, 3, dtype=torch.uint8) for c in cams}
         self._elapsed = torch.zeros(B, dtype=torch.long)
+        self.restarts = [0] * B  # workers started again after a death, per env (at most 1)
+        self._lost: dict[int, tuple] = {}  # env -> its observation when its worker died
         self._rng = np.random.default_rng(seed)
         self._seeded = False
         self._reset_ids(np.arange(B), self._draw(B))
@@ -121,18 +128,63 @@ class LiberoVecEnv(VecEnv):
             for c, cam in enumerate(self.cameras):
                 self._img[cam][i] = torch.from_numpy(wk.images[c])
 
+    def _reset_req(self, i: int, s: int) -> dict:
+        req = {"op": "reset", "render": bool(self.cameras)}
+        if self.layouts == "official":
+            req["init"] = int(s) % self._num_inits[i]
+        else:
+            req["layout_seed"] = int(s) % 2**32
+        return req
+
     def _reset_ids(self, ids: np.ndarray, seeds: list[int]) -> None:
-        for i, s in zip(ids, seeds):
-            req = {"op": "reset", "render": bool(self.cameras)}
-            if self.layouts == "official":
-                req["init"] = int(s) % self._num_inits[i]
-            else:
-                req["layout_seed"] = int(s) % 2**32
-            self.workers[i].send(req)
-        for i in ids:
-            self._checked(i, self.workers[i].recv())
+        self._exchange({int(i): self._reset_req(int(i), s) for i, s in zip(ids, seeds)}, retry=True)
         self._elapsed[torch.as_tensor(ids, dtype=torch.long)] = 0
         self._gather(ids)
+
+    def _exchange(self, reqs: dict[int, dict], retry: bool) -> tuple[dict[int, dict], list[int]]:
+        """Send reqs[i] to worker i for all i, then read every reply (the workers run in
+        parallel). A worker that died is started again (_revive); with retry its request is sent
+        again. Returns (replies, the envs whose worker was started again without a reply)."""
+        dead: dict[int, WorkerDied] = {}
+        for i, req in reqs.items():
+            try:
+                self.workers[i].send(req)
+            except WorkerDied as e:
+                dead[i] = e
+        replies = {}
+        for i in reqs:
+            if i not in dead:
+                try:
+                    replies[i] = self._checked(i, self.workers[i].recv())
+                except WorkerDied as e:
+                    dead[i] = e
+        for i, err in dead.items():
+            self._revive(i, err)
+            if retry:
+                replies[i] = self._exchange({i: reqs[i]}, retry=True)[0][i]
+        return replies, [] if retry else sorted(dead)
+
+    def _revive(self, i: int, err: WorkerDied) -> None:
+        """Start env i's worker again (once per env) and reset it from a fresh seed; a second
+        death raises one line naming the task."""
+        if self.restarts[i] >= 1:
+            raise EnvError(f"{err} (its worker had been started again once already)")
+        self.restarts[i] += 1
+        old = self.workers[i]
+        old.close()
+        warnings.warn(f"{err}; starting it again (once)", RuntimeWarning, stacklevel=3)
+        self.workers[i] = WorkerProc(*old.args)
+        try:
+            info = self.workers[i].wait_ready(self._start_timeout)
+            self._checked(i, self.workers[i].call(self._reset_req(i, self._draw(1)[0])))
+        except WorkerDied as e:
+            raise EnvError(f"{e} (while starting it again)") from None
+        if info["sim_dim"] + SIM_START > self._priv.shape[1]:
+            raise EnvError(f"libero: worker {old.name} came back with sim_dim {info['sim_dim']}, "
+                           f"allowed: at most {self._priv.shape[1] - SIM_START}")
+        self._lost[i] = (self._state[i].clone(), self._priv[i].clone(), {c: self._img[c][i].clone() for c in self.cameras})
+        self._elapsed[i] = 0
+        self._gather([i])
 
     def _checked(self, i: int, reply: dict) -> dict:
         if not reply.get("ok"):
@@ -164,25 +216,31 @@ class LiberoVecEnv(VecEnv):
         a = actions.detach().cpu().double().clamp(-1.0, 1.0).numpy()  # [B, K, 7]
         B, K = a.shape[:2]
         T = self.spec.max_episode_steps
-        for i, wk in enumerate(self.workers):
-            wk.send({"op": "step", "actions": a[i].tolist(), "limit": int(T - self._elapsed[i]),
-                     "render": bool(self.cameras)})
+        replies, revived = self._exchange(
+            {i: {"op": "step", "actions": a[i].tolist(), "limit": int(T - self._elapsed[i]),
+                 "render": bool(self.cameras)} for i in range(B)}, retry=False)
         success = torch.zeros(B, K, dtype=torch.bool)
         term, trunc, valid = (torch.zeros(B, K, dtype=torch.bool) for _ in range(3))
-        for i, wk in enumerate(self.workers):
-            rep = self._checked(i, wk.recv())
+        for i, rep in replies.items():
             n = rep["n"]
             valid[i, :n] = True
             success[i, :n] = torch.tensor(rep["success"], dtype=torch.bool)
             self._elapsed[i] += n
             term[i, n - 1] = bool(rep["success"][-1])
             trunc[i, n - 1] = bool(self._elapsed[i] >= T) and not term[i, n - 1]
-        self._gather(range(B))
+        for i in revived:  # the episode ended with the worker; it was started again and reset
+            valid[i, 0] = trunc[i, 0] = True
+        self._gather(sorted(replies))
         done = (term | trunc).any(dim=1)
         final = None
         if done.any():
             final = self._obs()
-            self._reset_ids(np.flatnonzero(done.numpy()), self._draw(int(done.sum())))
+            for i in revived:  # its last observation before the worker died
+                final["state"][i], final["privileged"][i] = self._lost[i][0], self._lost[i][1]
+                for cam in self.cameras:
+                    final[f"rgb_{cam}"][i] = self._lost[i][2][cam]
+            stepped = np.flatnonzero(done.numpy() & ~np.isin(np.arange(B), revived))
+            self._reset_ids(stepped, self._draw(len(stepped)))
         return ChunkStepResult(obs=self._obs(), reward=success.float(), terminated=term, truncated=trunc,
                                info={"success": success}, valid=valid, final_obs=final)
 
@@ -196,7 +254,8 @@ class LiberoVecEnv(VecEnv):
     def state_dict(self) -> dict[str, Any]:
         """Each worker's flat MuJoCo state, qacc_warmstart, gripper action and timestep, plus the
         counters and the seed stream: a restored env continues bit-identically."""
-        sims = [wk.call({"op": "get_state"}) for wk in self.workers]
+        sims = [r for _, r in sorted(self._exchange({i: {"op": "get_state"} for i in range(self.num_envs)},
+                                                    retry=True)[0].items())]
         return {"task": self.spec.task, "num_envs": self.num_envs,
                 "workers": json.dumps([{k: v for k, v in s.items() if k != "ok"} for s in sims]),
                 "elapsed_steps": self._elapsed.numpy().copy(),
@@ -206,8 +265,8 @@ class LiberoVecEnv(VecEnv):
         if state.get("task") != self.spec.task or int(state.get("num_envs", -1)) != self.num_envs:
             raise EnvError(f"state_dict: saved for {state.get('task')} x {state.get('num_envs')}, "
                            f"this env is {self.spec.task} x {self.num_envs}")
-        for wk, s in zip(self.workers, json.loads(state["workers"])):
-            wk.call({"op": "set_state", **s, "render": bool(self.cameras)})
+        self._exchange({i: {"op": "set_state", **s, "render": bool(self.cameras)}
+                        for i, s in enumerate(json.loads(state["workers"]))}, retry=True)
         self._gather(range(self.num_envs))
         self._elapsed[:] = torch.as_tensor(np.asarray(state["elapsed_steps"], np.int64))
         rng = np.random.default_rng()

@@ -25,6 +25,11 @@ REPO = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("worker.py")
 
 
+class WorkerDied(EnvError):
+    """A worker process that exited (or closed its pipes): one line naming it, its exit code and
+    the last line of its stderr."""
+
+
 def libero_python() -> Path:
     """The side venv's interpreter: $LIBERO_PYTHON, else .venv-libero/bin/python in the checkout."""
     return Path(os.environ.get("LIBERO_PYTHON") or REPO / ".venv-libero" / "bin" / "python")
@@ -48,6 +53,7 @@ class WorkerProc:
         if not py.exists():
             raise EnvError(f"libero: no LIBERO interpreter at {py}; run `make libero` (or set LIBERO_PYTHON)")
         self.name, self.shm, self.proc = name, None, None
+        self.args = (name, suite, task, height, width, list(cameras), settle)  # to start it again
         fd, self.err_path = tempfile.mkstemp(prefix="libero-worker-", suffix=".log")
         env = dict(os.environ, MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"), PYTHONUNBUFFERED="1")
         env.pop("PYTHONPATH", None)  # the worker must not see the project's packages
@@ -75,9 +81,14 @@ class WorkerProc:
         self.info = info
         return info
 
-    def _dead(self) -> EnvError:
+    def _dead(self) -> WorkerDied:
         code = self.proc.poll() if self.proc else None
-        return EnvError(f"libero: worker {self.name} died (exit {code}): {_last_line(self.err_path)}")
+        if code is None and self.proc is not None:  # pipes closed as it exits: wait for its code
+            try:
+                code = self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        return WorkerDied(f"libero: worker {self.name} died (exit {code}): {_last_line(self.err_path)}")
 
     def send(self, req: dict) -> None:
         try:
