@@ -92,6 +92,9 @@ class Actor:
             self.link.heard.wait(0.05)
             self.link.heard.clear()
             self._poll_link()
+        if self.link.synced < key:
+            log.warning("actor: lockstep: no word from the learner for %.1f s; acting on without it",
+                        self.cfg.actor.learner_timeout_s)
         self.held_s += time.monotonic() - t
 
     def _hold_for_learner(self) -> None:
