@@ -112,6 +112,23 @@ def test_reset_to_given_states(trained):
         env.reset_to(torch.zeros(3, 5))
 
 
+def test_sparse_reward_mode(trained):
+    """reward_mode sparse: 1 when the success head fires, minus the disagreement penalty."""
+    envs = [make_env(f"wm:{trained[0]}", 16, reward_mode=m) for m in ("sparse", "dense")]
+    obs = [e.reset(seed=0)[0] for e in envs]
+    expert = expert_for("PushCube")
+    for _ in range(10):
+        act = torch.from_numpy(expert(obs[0]["privileged"].numpy()))
+        r, d = (e.step(act) for e in envs)
+        penalty = envs[0].cfg.uncertainty_lambda * r.info["disagreement"]
+        torch.testing.assert_close(r.reward, r.info["success"].float() - penalty)
+        torch.testing.assert_close(r.obs["privileged"], d.obs["privileged"])  # the same dynamics
+        assert not torch.allclose(r.reward, d.reward)
+        obs = [r.obs, d.obs]
+    with pytest.raises(EnvError, match="reward_mode.*dense.*sparse"):
+        make_env(f"wm:{trained[0]}", 2, reward_mode="staged")
+
+
 def test_uncertainty_truncation_on_out_of_distribution_actions(trained):
     """Driving the gripper straight up (the experts never go above 7 cm) leaves the data:
     the ensemble disagrees and the episodes are truncated sooner than under the expert."""

@@ -10,7 +10,10 @@ stream that later auto-resets draw from.
 - terminated: the success head's probability > 0.5, or the done head's;
 - truncated: the task's horizon, or the ensemble disagreement above the checkpoint's
   threshold (info["uncertain"] says which rows; info["disagreement"] holds its value);
-- reward: the reward head minus uncertainty_lambda * disagreement.
+- reward: the reward head minus uncertainty_lambda * disagreement (reward_mode "dense"), or
+  with reward_mode "sparse" 1 when the success head fires, minus the same penalty. The reward
+  head has a small positive bias off the data, which a policy can farm for a whole episode
+  (docs/world_model.md, "Transfer"); the success head is the better-calibrated signal.
 """
 
 from __future__ import annotations
@@ -32,7 +35,12 @@ class WorldModelVecEnv(VecEnv):
     reset stream until the first seeded reset."""
 
     def __init__(self, path: str, num_envs: int, *, obs_mode: str = "state", expected_task: str | None = None,
-                 max_episode_steps: int | None = None, seed: int | None = None, keyframes: bool = True):
+                 max_episode_steps: int | None = None, seed: int | None = None, keyframes: bool = True,
+                 reward_mode: str = "dense"):
+        if reward_mode not in ("dense", "sparse"):
+            raise EnvError(f"reward_mode: {reward_mode!r} is not built for world models; allowed: dense "
+                           "(the reward head), sparse (the success head)")
+        self.reward_mode = reward_mode
         if obs_mode != "state":
             raise EnvError(f"obs_mode: {obs_mode!r} is not built for world models (no image decoder yet); "
                            "allowed: state")
@@ -117,7 +125,8 @@ class WorldModelVecEnv(VecEnv):
         uncertain = out["disagreement"] > self.cfg.disagreement_threshold
         horizon = torch.from_numpy(self._elapsed[rows] >= self.spec.max_episode_steps)
         truncated = (horizon | uncertain) & ~terminated
-        reward = out["reward"] - self.cfg.uncertainty_lambda * out["disagreement"]
+        base = out["reward"] if self.reward_mode == "dense" else success.float()
+        reward = base - self.cfg.uncertainty_lambda * out["disagreement"]
         return {"reward": reward.float(), "terminated": terminated, "truncated": truncated,
                 "success": success, "uncertain": uncertain & truncated,
                 "disagreement": out["disagreement"].float()}

@@ -1,0 +1,226 @@
+"""World model against the simulator (issue 22): ranking agreement and transfer.
+
+rank: every checkpoint given (or every checkpoint of the run directories given) plays the
+same initial states in the simulator and in the world model: the simulator's resets for
+evaluation seeds 1_000_000 + i, copied into the model with WorldModelVecEnv.reset_to. The
+deterministic policy's success rates are compared: Spearman, Pearson and MMRV
+(embodied/stats.py), with 95% bootstrap intervals that resample the seeds (the same
+resample for every checkpoint, in both environments).
+
+  python benchmarks/bench_world_model.py rank --wm runs/wm --task PushCube --seeds 128 \\
+      --checkpoints runs/ppo_a runs/ppo_b --every 2 --out rank.json
+
+transfer: a weak checkpoint trains with PPO (its config's recipe) inside the world model
+only; every --eval-every iterations it is scored in the simulator and in the model from the
+same initial states.
+
+  python benchmarks/bench_world_model.py transfer --wm runs/wm --start runs/ppo_a/checkpoints/iter_000004 \\
+      --steps 300000 --out transfer.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def load_policy(ckpt: Path):
+    from policies.base import Policy
+
+    policy = Policy.from_pretrained(ckpt / "policy")
+    policy.eval()
+    return policy
+
+
+def checkpoints_of(paths: list[str], every: int) -> list[Path]:
+    """Checkpoint folders: a checkpoint itself, or every `every`-th of a run's checkpoints/."""
+    out = []
+    for p in map(Path, paths):
+        if (p / "meta.json").is_file():
+            out.append(p)
+            continue
+        root = p / "checkpoints" if (p / "checkpoints").is_dir() else p
+        out += sorted(c for c in root.iterdir() if (c / "meta.json").is_file())[::every]
+    return out
+
+
+def sim_starts(task: str, seeds: list[int]) -> tuple[torch.Tensor, list[str]]:
+    """The simulator's initial privileged vectors [N, P] and instructions for `seeds`."""
+    from sims.registry import make_env
+
+    env = make_env(task, len(seeds))
+    obs, _ = env.reset(seed=seeds)
+    env.close()
+    return obs["privileged"].clone(), list(obs["instruction"])
+
+
+@torch.no_grad()
+def success_in_sim(policy, task: str, seeds: list[int], batch: int = 64) -> np.ndarray:
+    from embodied.evaluate import evaluate
+    from sims.registry import make_env
+
+    env = make_env(task, min(batch, len(seeds)))
+    res = evaluate(policy, env, seeds)
+    env.close()
+    return np.array(res.successes, dtype=bool)
+
+
+@torch.no_grad()
+def success_in_wm(policy, wm: str, starts: torch.Tensor, instructions: list[str],
+                  batch: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """(success [N], ended by uncertainty truncation [N]) of one deterministic episode from each
+    start; an env counts its first episode only."""
+    from embodied.rollout import env_step
+    from sims.world_model.env import WorldModelVecEnv
+
+    B = min(batch, len(starts))
+    env = WorldModelVecEnv(wm, B)
+    succ_all, unc_all = [], []
+    for s in range(0, len(starts), B):
+        x, ins = starts[s:s + B], instructions[s:s + B]
+        n = len(x)
+        x = torch.cat([x, x[-1:].expand(B - n, -1)])
+        obs, _ = env.reset_to(x, ins + [ins[-1]] * (B - n))
+        active, succ, unc = (torch.ones(B, dtype=torch.bool), torch.zeros(B, dtype=torch.bool),
+                             torch.zeros(B, dtype=torch.bool))
+        while active[:n].any():
+            res = env_step(env, policy.act(obs, deterministic=True).actions)
+            succ |= active & res.info["success"].any(1)
+            unc |= active & res.info["uncertain"].any(1)
+            active &= ~res.done
+            obs = res.obs
+        succ_all.append(succ[:n].numpy())
+        unc_all.append(unc[:n].numpy())
+    return np.concatenate(succ_all), np.concatenate(unc_all)
+
+
+def agreement(sim: np.ndarray, wm: np.ndarray, reps: int = 2000, seed: int = 0) -> dict:
+    """sim, wm: bool [C, N] (checkpoint x seed). Point values and 95% bootstrap intervals over seeds."""
+    from embodied.stats import mmrv, pearson, spearman
+
+    def stats(s, w):
+        a, b = s.mean(1), w.mean(1)
+        return spearman(a, b), pearson(a, b), mmrv(a, b)
+
+    point = stats(sim, wm)
+    rng = np.random.default_rng(seed)
+    boot = []
+    for _ in range(reps):
+        idx = rng.integers(sim.shape[1], size=sim.shape[1])
+        boot.append(stats(sim[:, idx], wm[:, idx]))
+    boot = np.array(boot, dtype=float)
+    out = {}
+    for k, name in enumerate(("spearman", "pearson", "mmrv")):
+        col = boot[:, k][np.isfinite(boot[:, k])]
+        lo, hi = (np.percentile(col, [2.5, 97.5]).tolist() if len(col) else [float("nan")] * 2)
+        out[name] = {"value": point[k], "ci95": [lo, hi]}
+    return out
+
+
+def cmd_rank(args: argparse.Namespace) -> dict:
+    from embodied.train import eval_seeds
+
+    seeds = eval_seeds(args.seeds)
+    starts, instr = sim_starts(args.task, seeds)
+    rows, sim, wm = [], [], []
+    for ckpt in checkpoints_of(args.checkpoints, args.every):
+        policy = load_policy(ckpt)
+        t0 = time.time()
+        s = success_in_sim(policy, args.task, seeds)
+        t1 = time.time()
+        w, u = success_in_wm(policy, args.wm, starts, instr)
+        t2 = time.time()
+        sim.append(s)
+        wm.append(w)
+        rows.append({"checkpoint": f"{ckpt.parent.parent.name}/{ckpt.name}", "sim": float(s.mean()),
+                     "wm": float(w.mean()), "wm_uncertain": float(u.mean()),
+                     "sim_seconds": round(t1 - t0, 1), "wm_seconds": round(t2 - t1, 1)})
+        print(json.dumps(rows[-1]), flush=True)
+    return {"task": args.task, "seeds": args.seeds, "rows": rows,
+            "agreement": agreement(np.stack(sim), np.stack(wm))}
+
+
+def cmd_transfer(args: argparse.Namespace) -> dict:
+    from embodied.train import build_algorithm, config_from_checkpoint, eval_seeds
+    from sims.world_model.env import WorldModelVecEnv
+
+    torch.set_num_threads(1)
+    torch.manual_seed(args.seed)
+    ckpt = Path(args.start)
+    task = config_from_checkpoint(ckpt).env.task
+    cfg = config_from_checkpoint(ckpt, [f"env.task=wm:{args.wm}", f"env.num_envs={args.num_envs}",
+                                        f"train.seed={args.seed}"])
+    policy = load_policy(ckpt)
+    policy.train()
+    env = WorldModelVecEnv(args.wm, args.num_envs, seed=args.seed, reward_mode=args.reward_mode)
+    collector, learner = build_algorithm(cfg, env, policy)
+    collector.reset(seed=args.seed)
+    seeds = eval_seeds(args.seeds)
+    starts, instr = sim_starts(task, seeds)
+    curve, steps, it, t_start = [], 0, 0, time.time()
+
+    def score():
+        policy.eval()
+        s = success_in_sim(policy, task, seeds)
+        w, u = success_in_wm(policy, args.wm, starts, instr)
+        policy.train()
+        curve.append({"env_steps": steps, "sim": float(s.mean()), "wm": float(w.mean()),
+                      "wm_uncertain": float(u.mean()), "wall_seconds": round(time.time() - t_start, 1)})
+        print(json.dumps(curve[-1]), flush=True)
+
+    score()
+    while steps < args.steps:
+        traj = collector.collect()
+        stats = learner.update(traj)
+        policy.update_normalizer(traj.obs)
+        steps += int(traj.valid.sum())
+        it += 1
+        if it % args.eval_every == 0 or steps >= args.steps:
+            score()
+            curve[-1]["approx_kl"] = float(stats.get("approx_kl", float("nan")))
+    env.close()
+    if args.save:
+        policy.save_pretrained(args.save)
+    return {"start": f"{ckpt.parent.parent.name}/{ckpt.name}", "reward_mode": args.reward_mode, "wm_steps": steps, "seeds": args.seeds,
+            "curve": curve, "lift_sim": curve[-1]["sim"] - curve[0]["sim"],
+            "best_sim": max(c["sim"] for c in curve)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("rank")
+    r.add_argument("--wm", required=True)
+    r.add_argument("--task", default="PushCube")
+    r.add_argument("--checkpoints", nargs="+", required=True)
+    r.add_argument("--every", type=int, default=1, help="with run directories: every n-th checkpoint")
+    r.add_argument("--seeds", type=int, default=128)
+    t = sub.add_parser("transfer")
+    t.add_argument("--wm", required=True)
+    t.add_argument("--start", required=True, help="the weak checkpoint to start from")
+    t.add_argument("--steps", type=int, default=300_000)
+    t.add_argument("--num-envs", type=int, default=128)
+    t.add_argument("--eval-every", type=int, default=10)
+    t.add_argument("--seeds", type=int, default=128)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--reward-mode", default="dense", choices=["dense", "sparse"],
+                   help="the model's reward head, or 1 when its success head fires")
+    t.add_argument("--save", default=None, help="save the final policy here (save_pretrained)")
+    for s in (r, t):
+        s.add_argument("--out", required=True)
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    result = cmd_rank(args) if args.cmd == "rank" else cmd_transfer(args)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    print(json.dumps(result["agreement"] if args.cmd == "rank" else
+                     {k: result[k] for k in ("lift_sim", "best_sim")}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
