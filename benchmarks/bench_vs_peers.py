@@ -264,7 +264,8 @@ def report(runs: list[RunResult], metas: list[dict[str, Any]]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", default="PushCube,PickCube")
-    ap.add_argument("--seeds", type=int, default=5, help="seeds 0 .. N-1")
+    ap.add_argument("--seeds", type=int, default=5, help="N seeds: FIRST .. FIRST + N - 1")
+    ap.add_argument("--first-seed", type=int, default=0, metavar="FIRST")
     ap.add_argument("--only", default="", help="comma-separated framework:variant pairs (default: all)")
     ap.add_argument("--max-steps", default="PushCube=1500000,PickCube=6000000",
                     help="env-step cap per run and task")
@@ -329,7 +330,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     runs: list[RunResult] = []
     for task in args.tasks.split(","):
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             for fw, var in pairs:
                 runs.append(drive(task, fw, var, seed, caps.get(task, 3_000_000), args.max_seconds,
                                   args.eval_every))
