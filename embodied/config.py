@@ -40,7 +40,7 @@ class EnvConfig:
 
 @dataclass
 class PolicyConfig:
-    name: Literal["mlp", "cnn", "flow_vla", "ar_vla"] = "mlp"
+    name: Literal["mlp", "cnn", "flow_vla", "ar_vla", "oft_vla"] = "mlp"
     # mlp / cnn baselines, built fresh:
     obs_key: Literal["state", "privileged"] = "privileged"
     hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
@@ -222,7 +222,7 @@ def _check_across_sections(cfg: ExperimentConfig) -> None:
         if cfg.ppo.normalize_rewards:
             raise ConfigError("ppo.normalize_rewards: PPO only; GRPO normalises its returns within each group "
                               "(grpo.normalize_std)")
-    if (cfg.ppo.reward_level == "action" and cfg.policy.name in ("flow_vla", "ar_vla")
+    if (cfg.ppo.reward_level == "action" and cfg.policy.name in ("flow_vla", "ar_vla", "oft_vla")
             and cfg.policy.critic_obs is None):
         raise ConfigError("policy.critic_obs: ppo.reward_level=action needs a fresh per-action value head; "
                           "set critic_obs to prefix or privileged")

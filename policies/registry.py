@@ -16,7 +16,9 @@ POLICIES: dict[str, str] = {
     "cnn": "policies.cnn:CNNActorCritic",
     "flow_vla": "policies.vla.flow:FlowVLA",
     "ar_vla": "policies.vla.autoregressive:ARVLA",
+    "oft_vla": "policies.vla.pretrained.oft_policy:OFTVLA",  # OpenVLA-OFT's L1 head (docs/vla.md)
 }
+VLAS = ("flow_vla", "ar_vla", "oft_vla")
 
 
 def policy_class(name: str) -> type[Policy]:
@@ -53,15 +55,14 @@ def build_vla(cfg: Any, spec: Any, per_action_value: bool = False) -> Policy:
     """A VLA from cfg.init_from (a save_pretrained directory), with the non-null keys of
     FLOW_ONLY / AR_ONLY / execute_steps overriding the saved config; a fresh value head on
     cfg.critic_obs (one value per executed action with per_action_value)."""
-    other = AR_ONLY if cfg.name == "flow_vla" else FLOW_ONLY
-    wrong = [k for k in other if getattr(cfg, k) is not None]
+    own = {"flow_vla": FLOW_ONLY, "ar_vla": AR_ONLY}.get(cfg.name, ())
+    wrong = [k for k in (*FLOW_ONLY, *AR_ONLY) if k not in own and getattr(cfg, k) is not None]
     if wrong:
-        raise PolicyLoadError(f"policy.{wrong[0]} applies to {'ar_vla' if cfg.name == 'flow_vla' else 'flow_vla'} "
+        raise PolicyLoadError(f"policy.{wrong[0]} applies to {'flow_vla' if wrong[0] in FLOW_ONLY else 'ar_vla'} "
                               f"only, not policy.name={cfg.name}; remove it or set it to null")
     if not cfg.init_from:
         raise PolicyLoadError(f"policy.init_from: {cfg.name} starts from a save_pretrained directory "
                               "(e.g. the 'final' directory of `embodied sft`)")
-    own = FLOW_ONLY if cfg.name == "flow_vla" else AR_ONLY
     overrides = {k: getattr(cfg, k) for k in (*own, "execute_steps") if getattr(cfg, k) is not None}
     try:
         policy = policy_class(cfg.name).from_pretrained(cfg.init_from, **overrides)
@@ -103,6 +104,6 @@ def build_policy(cfg: Any, spec: Any, per_action_value: bool = False) -> Policy:
     """A fresh policy for `cfg` (embodied.config.PolicyConfig) on an env with EnvSpec `spec`.
     per_action_value: the VLA critic predicts one value per executed action (chunk-1 policies'
     single value already is one)."""
-    if cfg.name in ("flow_vla", "ar_vla"):
+    if cfg.name in VLAS:
         return build_vla(cfg, spec, per_action_value)
     return BUILDERS[cfg.name](cfg, spec)

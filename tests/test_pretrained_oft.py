@@ -6,6 +6,7 @@ mismatch is a one-line error."""
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -217,3 +218,31 @@ def test_lora_and_frozen_backbone_on_a_loaded_oft(ckpt):
     assert torch.equal(policy.act(obs, deterministic=True).actions, before)  # fresh adapters change nothing
     with pytest.raises(ValueError, match="empty_token_id: 29871 is outside the LM's"):
         OFTVLA(type(policy.config)(state_dim=5, action_dim=4))
+
+
+def test_embodied_train_runs_a_converted_oft(ckpt, tmp_path):
+    """policy.name=oft_vla with init_from a save_pretrained directory: `embodied train`'s
+    loop runs PPO on it (the Gaussian around the L1 mean), evaluates and saves; a
+    flow- or AR-only knob is refused in one line."""
+    from embodied.config import load_config
+    from embodied.train import train
+    from policies.base import PolicyLoadError
+    from policies.registry import build_policy
+
+    _, merged, _, _ = ckpt
+    load_pretrained(merged, {**MAP, "execute_steps": 2}).save_pretrained(tmp_path / "init")
+    cfg = load_config(None, [
+        "env.task=PushCube", "env.num_envs=2", "env.obs_mode=rgb", f"env.image_size={IMAGE}",
+        "env.cameras=[front,wrist]", "policy.name=oft_vla", f"policy.init_from={tmp_path / 'init'}",
+        "policy.critic_obs=privileged", "ppo.rollout_steps=2", "ppo.epochs=1", "ppo.minibatches=1",
+        "train.total_steps=8", "train.eval_every=1", "train.eval_episodes=2", "train.save_every=0",
+        "train.video_episodes=0", "train.torch_threads=1", f"train.run_dir={tmp_path / 'run'}"])
+    summary = train(cfg)
+    assert summary["env_steps"] >= 8 and summary["eval_curve"]
+    from policies.base import Policy
+
+    again = Policy.from_pretrained(Path(summary["checkpoint"]) / "policy")  # as `embodied eval` loads it
+    assert isinstance(again, OFTVLA) and again.config.execute_steps == 2
+    cfg.policy.temperature = 0.5
+    with pytest.raises(PolicyLoadError, match="policy.temperature applies to ar_vla only, not policy.name=oft_vla"):
+        build_policy(cfg.policy, make_env("PushCube", 1).spec)
