@@ -8,13 +8,14 @@ each step until the learner has done its updates; weights every 40 transitions, 
 Start: behaviour cloning on 4 demonstrations; 100 training episodes; success of the
 deterministic policy on 20 held-out seeds before and after (configs/finetune_reach_sim.yaml).
 
-Five seeds (0-4) of exactly this run, with the code of the commit that adds this test,
-2026-11-24, a 2-core machine at load average 13-20: start 0.10 / 0.10 / 0.05 / 0.15 / 0.10, after 100 episodes 1.00 / 0.80 / 0.85 /
-0.95 / 1.00, lift +0.90 / +0.70 / +0.80 / +0.80 / +0.90 (worst +0.70); interventions in episodes
-1-25 -> 76-100: 156 -> 3, 155 -> 18, 139 -> 6, 163 -> 6, 136 -> 8. 32-34 s of CPU time per run
-(actor and learner together; they alternate, so this is about the wall time on an idle
-machine). The test runs seed 0 and asserts a lift of at least +0.40 and a falling
-intervention count (docs/benchmarks.md, "On-robot RL, in process")."""
+Five seeds (0-4) of this run (`embodied finetune-robot finetune_reach_sim sim.seed=S
+actor.seed=S learner.seed=S`, commit cf74720, 2026-11-24, a 2-core machine at load average
+20-30): start 0.10 / 0.10 / 0.05 / 0.15 / 0.10, after 100 episodes 0.70 / 0.90 / 0.60 / 0.90 /
+0.75, lift +0.60 / +0.80 / +0.55 / +0.75 / +0.65 (worst +0.55); interventions in episodes 1-25
+-> 76-100: 153 -> 17, 155 -> 8, 138 -> 14, 161 -> 11, 144 -> 6. A run is deterministic (seed 0
+gave the same episodes in this test and from the command line). The test runs seed 0 and
+asserts a lift of at least +0.40 and a halved intervention count (docs/benchmarks.md,
+"On-robot RL with the twin in the actor's process")."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def test_finetune_robot_lifts_bc_on_the_reach_twin(tmp_path):
     evals = [row["success"] for row in rows if row["kind"] == "eval"]
     episodes = [row for row in rows if row["kind"] == "episode"]
     assert len(evals) == 2 and len(episodes) == 100, rows[-1]
-    assert evals[1] - evals[0] >= 0.40, evals  # five seeds: +0.70 to +0.90
+    assert evals[1] - evals[0] >= 0.40, evals  # five seeds: +0.55 to +0.80 (seed 0: +0.60)
     first, last = (sum(e["interventions"] for e in episodes[i:i + 25]) for i in (0, 75))
-    assert last < first / 2, (first, last)  # the health metric falls (five seeds: 136-163 -> 3-18)
+    assert last < first / 2, (first, last)  # the health metric falls (five seeds: 138-161 -> 6-17)
     assert episodes[-1]["version"] > 10  # weights reached the actor: a push every 40 transitions
