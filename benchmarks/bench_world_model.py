@@ -9,6 +9,7 @@ resample for every checkpoint, in both environments).
 
   python benchmarks/bench_world_model.py rank --wm runs/wm --task PushCube --seeds 128 \\
       --checkpoints runs/ppo_a runs/ppo_b --every 2 --out rank.json
+  python benchmarks/bench_world_model.py by-run rank.json   # per run, intervals over checkpoints
 
 transfer: a weak checkpoint trains with PPO (its config's recipe) inside the world model
 only; every --eval-every iterations it is scored in the simulator and in the model from the
@@ -122,6 +123,28 @@ def agreement(sim: np.ndarray, wm: np.ndarray, reps: int = 2000, seed: int = 0) 
     return out
 
 
+def by_run(rows: list[dict], reps: int = 2000, seed: int = 0) -> dict:
+    """Agreement over all rows and over each run's rows, with 95% intervals from resampling
+    the checkpoints (the spread over which policies were picked; agreement() resamples seeds)."""
+    from embodied.stats import mmrv, pearson, spearman
+
+    runs = sorted({r["checkpoint"].split("/")[0] for r in rows})
+    out = {}
+    for name in ["all", *runs]:
+        sel = [r for r in rows if name == "all" or r["checkpoint"].startswith(name + "/")]
+        a, b = np.array([r["sim"] for r in sel]), np.array([r["wm"] for r in sel])
+        rng = np.random.default_rng(seed)
+        boot = []
+        for _ in range(reps):
+            i = rng.integers(len(a), size=len(a))
+            boot.append(spearman(a[i], b[i]) if len(set(a[i])) > 1 and len(set(b[i])) > 1 else np.nan)
+        boot = np.array(boot)
+        out[name] = {"checkpoints": len(sel), "spearman": spearman(a, b), "pearson": pearson(a, b),
+                     "mmrv": mmrv(a, b),
+                     "spearman_ci95_checkpoints": np.percentile(boot[np.isfinite(boot)], [2.5, 97.5]).tolist()}
+    return out
+
+
 def cmd_rank(args: argparse.Namespace) -> dict:
     from embodied.train import eval_seeds
 
@@ -142,7 +165,7 @@ def cmd_rank(args: argparse.Namespace) -> dict:
                      "sim_seconds": round(t1 - t0, 1), "wm_seconds": round(t2 - t1, 1)})
         print(json.dumps(rows[-1]), flush=True)
     return {"task": args.task, "seeds": args.seeds, "rows": rows,
-            "agreement": agreement(np.stack(sim), np.stack(wm))}
+            "agreement": agreement(np.stack(sim), np.stack(wm)), "by_run": by_run(rows)}
 
 
 def cmd_transfer(args: argparse.Namespace) -> dict:
@@ -200,6 +223,8 @@ def main() -> None:
     r.add_argument("--checkpoints", nargs="+", required=True)
     r.add_argument("--every", type=int, default=1, help="with run directories: every n-th checkpoint")
     r.add_argument("--seeds", type=int, default=128)
+    b = sub.add_parser("by-run", help="agreement per run of a rank JSON, intervals over checkpoints")
+    b.add_argument("rank_json")
     t = sub.add_parser("transfer")
     t.add_argument("--wm", required=True)
     t.add_argument("--start", required=True, help="the weak checkpoint to start from")
@@ -215,6 +240,9 @@ def main() -> None:
         s.add_argument("--out", required=True)
     args = p.parse_args()
     torch.set_num_threads(1)
+    if args.cmd == "by-run":
+        print(json.dumps(by_run(json.loads(Path(args.rank_json).read_text())["rows"]), indent=1))
+        return
     result = cmd_rank(args) if args.cmd == "rank" else cmd_transfer(args)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
