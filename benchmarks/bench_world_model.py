@@ -233,8 +233,9 @@ def main() -> None:
     t.add_argument("--eval-every", type=int, default=10)
     t.add_argument("--seeds", type=int, default=128)
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--reward-mode", default="dense", choices=["dense", "sparse"],
-                   help="the model's reward head, or 1 when its success head fires")
+    t.add_argument("--reward-mode", default="dense", choices=["dense", "sparse", "task"],
+                   help="the model's reward head, 1 when its success head fires, or the task's own "
+                        "progress and success on the decoded state")
     t.add_argument("--save", default=None, help="save the final policy here (save_pretrained)")
     for s in (r, t):
         s.add_argument("--out", required=True)

@@ -51,7 +51,7 @@ def make_env(task: str, num_envs: int, **kwargs: Any) -> VecEnv:
     Names starting with "libero:" ("libero:libero_spatial/0", "libero:libero_spatial") are LIBERO
     tasks (sims/libero, `make libero`); kwargs go to LiberoVecEnv. "wm:PATH" is a world model
     trained by `embodied world-model train` (sims/world_model); of the kwargs it takes obs_mode
-    ("state" only), reward_mode (dense or sparse), max_episode_steps, seed, keyframes and
+    ("state" only), reward_mode (dense, sparse or task), max_episode_steps, seed, keyframes and
     expected_task (the task it must model)."""
     if task.startswith("libero:"):  # LIBERO in its own venv (sims/libero, `make libero`)
         from sims.libero.env import LiberoVecEnv

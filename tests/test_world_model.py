@@ -129,6 +129,33 @@ def test_sparse_reward_mode(trained):
         make_env(f"wm:{trained[0]}", 2, reward_mode="staged")
 
 
+def test_task_reward_mode(trained, tmp_path):
+    """reward_mode task: the task's progress difference plus success on the decoded states,
+    terminated on the decoded state's success; the dynamics are the same as with the heads."""
+    from sims.world_model.task_terms import push_cube
+
+    envs = [make_env(f"wm:{trained[1]}", 16, reward_mode=m) for m in ("task", "dense")]
+    obs = [e.reset(seed=0)[0] for e in envs]
+    expert = expert_for("PushCube")
+    for _ in range(10):
+        x0 = obs[0]["privileged"].numpy()
+        r, d = (e.step(torch.from_numpy(expert(x0))) for e in envs)
+        live = ~(r.done | d.done)
+        x1 = r.obs["privileged"].numpy()
+        p0, p1, succ = push_cube(x0)[0], *push_cube(x1)[:2]
+        want = torch.from_numpy((p1 - p0 + succ).astype("float32")) - envs[0].cfg.uncertainty_lambda * r.info["disagreement"]
+        torch.testing.assert_close(r.reward[live], want[live])
+        torch.testing.assert_close(r.obs["privileged"][live], d.obs["privileged"][live])
+        obs = [r.obs, d.obs]
+    other = tmp_path / "other"
+    shutil.copytree(trained[1], other)
+    meta = json.loads((other / "config.json").read_text())
+    meta["config"]["task"] = "Reach"
+    (other / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(EnvError, match="task terms exist for PushCube, not Reach"):
+        make_env(f"wm:{other}", 2, reward_mode="task")
+
+
 def test_uncertainty_truncation_on_out_of_distribution_actions(trained):
     """Driving the gripper straight up (the experts never go above 7 cm) leaves the data:
     the ensemble disagrees and the episodes are truncated sooner than under the expert."""

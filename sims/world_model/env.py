@@ -13,7 +13,9 @@ stream that later auto-resets draw from.
 - reward: the reward head minus uncertainty_lambda * disagreement (reward_mode "dense"), or
   with reward_mode "sparse" 1 when the success head fires, minus the same penalty. The reward
   head has a small positive bias off the data, which a policy can farm for a whole episode
-  (docs/world_model.md, "Transfer"); the success head is the better-calibrated signal.
+  (docs/world_model.md, "Transfer"). With reward_mode "task" the decoded state is scored by
+  the task's own progress and success (sims/world_model/task_terms.py): reward P(x') - P(x) +
+  1[success], terminated on the decoded state's success or failure, no heads involved.
 """
 
 from __future__ import annotations
@@ -37,9 +39,10 @@ class WorldModelVecEnv(VecEnv):
     def __init__(self, path: str, num_envs: int, *, obs_mode: str = "state", expected_task: str | None = None,
                  max_episode_steps: int | None = None, seed: int | None = None, keyframes: bool = True,
                  reward_mode: str = "dense"):
-        if reward_mode not in ("dense", "sparse"):
+        if reward_mode not in ("dense", "sparse", "task"):
             raise EnvError(f"reward_mode: {reward_mode!r} is not built for world models; allowed: dense "
-                           "(the reward head), sparse (the success head)")
+                           "(the reward head), sparse (the success head), task (the task's terms on the "
+                           "decoded state)")
         self.reward_mode = reward_mode
         if obs_mode != "state":
             raise EnvError(f"obs_mode: {obs_mode!r} is not built for world models (no image decoder yet); "
@@ -49,6 +52,13 @@ class WorldModelVecEnv(VecEnv):
         self.model, self.resets = load_world_model(path, expected_task)
         cfg = self.model.cfg
         self.cfg = cfg
+        if reward_mode == "task":
+            from sims.world_model.task_terms import TERMS
+
+            if cfg.task not in TERMS:
+                raise EnvError(f"reward_mode: task terms exist for {', '.join(sorted(TERMS))}, not {cfg.task}; "
+                               "allowed here: dense, sparse")
+            self._terms = TERMS[cfg.task]
         if not keyframes:
             first = self.resets["t"] == 0
             self.resets = {"x": self.resets["x"][first], "t": self.resets["t"][first],
@@ -118,14 +128,21 @@ class WorldModelVecEnv(VecEnv):
     # -- stepping ------------------------------------------------------------------------------
     def _advance(self, a: torch.Tensor, rows: np.ndarray) -> dict[str, torch.Tensor]:
         out = mean_step(self.model, self._z[rows], a)
+        x_prev = self._x[rows].clone()
         self._z[rows], self._x[rows] = out["z"], out["x"]
         self._elapsed[rows] += 1
-        success = out["success_p"] > 0.5
-        terminated = success | (out["done_p"] > 0.5)
+        if self.reward_mode == "task":
+            p0 = self._terms(x_prev.numpy())[0]
+            p1, succ, fail = self._terms(out["x"].numpy())
+            success, terminated = torch.from_numpy(succ), torch.from_numpy(succ | fail)
+            base = torch.from_numpy((p1 - p0 + succ).astype(np.float32))
+        else:
+            success = out["success_p"] > 0.5
+            terminated = success | (out["done_p"] > 0.5)
+            base = out["reward"] if self.reward_mode == "dense" else success.float()
         uncertain = out["disagreement"] > self.cfg.disagreement_threshold
         horizon = torch.from_numpy(self._elapsed[rows] >= self.spec.max_episode_steps)
         truncated = (horizon | uncertain) & ~terminated
-        base = out["reward"] if self.reward_mode == "dense" else success.float()
         reward = base - self.cfg.uncertainty_lambda * out["disagreement"]
         return {"reward": reward.float(), "terminated": terminated, "truncated": truncated,
                 "success": success, "uncertain": uncertain & truncated,
