@@ -13,7 +13,7 @@ actor.seed=S learner.seed=S`, commit cf74720, 2026-11-24, a 2-core machine at lo
 20-30): start 0.10 / 0.10 / 0.05 / 0.15 / 0.10, after 100 episodes 0.70 / 0.90 / 0.60 / 0.90 /
 0.75, lift +0.60 / +0.80 / +0.55 / +0.75 / +0.65 (worst +0.55); interventions in episodes 1-25
 -> 76-100: 153 -> 17, 155 -> 8, 138 -> 14, 161 -> 11, 144 -> 6. A run is deterministic (seed 0
-gave the same episodes in this test and from the command line). The test runs seed 0 and
+gave the same result in this test and, episode for episode, twice from the command line). The test runs seed 0 and
 asserts a lift of at least +0.40 and a halved intervention count (docs/benchmarks.md,
 "On-robot RL with the twin in the actor's process")."""
 

@@ -12,7 +12,8 @@ learner.critic_warmup_updates leave the actor as it is, so a fresh critic cannot
 starting policy apart. In lockstep (actor.lockstep, for a twin that can wait), the learner
 tells the actor ("synced") once it has done every update due for what it received, and pushes
 weights every push_every_s of robot time (push_every_s * robot.control_hz transitions) instead
-of wall time, so that a run does not depend on how fast the machine is."""
+of wall time, so that a run does not depend on how fast the machine is. Pushes go on while it
+is behind (an actor that stopped waiting for a stalled learner gets weights again)."""
 
 from __future__ import annotations
 
@@ -164,11 +165,12 @@ class Learner:
                 if updated:
                     self.update()
                 now = time.monotonic()
-                if lockstep:
-                    if not updated and newest > synced:  # caught up with all received: push if due, say so
-                        if len(self.online) - pushed_at >= push_every_n:
-                            self._new_version(conn)
-                            pushed_at = len(self.online)
+                if lockstep:  # weights every push_every_n transitions, even while behind (the actor
+                    # stopped waiting: a stall longer than actor.learner_timeout_s); "synced" once caught up
+                    if len(self.online) - pushed_at >= push_every_n:
+                        self._new_version(conn)
+                        pushed_at = len(self.online)
+                    if not updated and newest > synced:
                         conn.send(("synced", newest))
                         synced = newest
                 elif now - last_push >= lc.push_every_s:
