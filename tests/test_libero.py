@@ -1,5 +1,6 @@
 """LIBERO behind the VecEnv contract (sims/libero): shapes, auto-reset, seeded resets, the soft
-reset against LIBERO's hard reset, exact resume, bad input, a dead worker.
+reset against LIBERO's hard reset, exact resume, bad input, a dead worker started again once.
+The scripted expert runs in tests/test_libero_protocol.py, through the evaluation protocol.
 
 Needs .venv-libero (`make libero`, never built by `make test` or CI): without it every test that
 starts a worker is skipped with that reason. State-only, one task, few steps; one rendered
@@ -16,7 +17,7 @@ import torch
 from sims.libero.env import SIM_START
 from sims.libero.proc import WorkerProc, libero_python
 from sims.libero.tasks import SUITES, parse_name
-from sims.registry import expert_for, make_env
+from sims.registry import make_env
 from sims.vecenv import EnvError
 
 needs_libero = pytest.mark.skipif(not libero_python().exists(),
@@ -127,25 +128,6 @@ def test_soft_reset_matches_hard_reset():
         assert np.array_equal(runs[0][0], runs[1][0]) and np.array_equal(runs[0][1], runs[1][1])
     finally:
         wk.close()
-
-
-@needs_libero
-def test_scripted_expert_solves_a_spatial_task():
-    """The pick-and-place expert on privileged state: LIBERO's own check_success ends the
-    episode with reward 1 (init state 0 of task 0 takes about 95 steps)."""
-    expert = expert_for(TASK)
-    with make_env(TASK, 1) as e:
-        obs, _ = e.reset(seed=0)
-        for _ in range(150):
-            r = e.step(torch.from_numpy(expert(obs["privileged"].numpy())))
-            obs = r.obs
-            if r.done.any():
-                break
-        assert r.terminated.all() and r.info["success"].all() and r.reward.tolist() == [1.0]
-        bowl, plate = r.final_obs["privileged"][0, 8:11], r.final_obs["privileged"][0, 11:14]
-        assert (bowl[:2] - plate[:2]).norm() < 0.04 and bowl[2] > plate[2]  # the bowl on the plate
-    with pytest.raises(EnvError, match="no scripted expert for libero_goal"):
-        expert_for("libero:libero_goal/0")
 
 
 def test_bad_input_names_the_field():

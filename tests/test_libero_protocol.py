@@ -59,8 +59,9 @@ def test_bad_input_is_one_line(tmp_path):
 
 @pytest.mark.skipif(not libero_python().exists(), reason=".venv-libero is absent (build it with `make libero`)")
 def test_scripted_expert_through_the_protocol(tmp_path):
-    """Init state 0 of libero_spatial/0: the expert succeeds (about 95 steps) and the folder
-    holds the episode, the suite's max steps and the simulator versions of .venv-libero."""
+    """Init state 0 of libero_spatial/0: the pick-and-place expert on privileged state succeeds
+    by LIBERO's own check_success (about 95 steps), and the folder holds the episode, the
+    suite's max steps and the simulator versions of .venv-libero."""
     run_source("expert", "libero:libero_spatial/0", tmp_path, inits=1, num_envs=1, log=lambda s: None)
     data = json.loads((tmp_path / "results.json").read_text())
     [ep] = data["episodes"]
@@ -68,3 +69,5 @@ def test_scripted_expert_through_the_protocol(tmp_path):
     proto = data["protocol"]
     assert proto["max_episode_steps"] == 220 and proto["simulator_versions"]["mujoco"].startswith("3.")
     assert proto["mean_over_tasks"] == {"scripted_expert": "1.000 [0.207, 1.000] (1/1, 1 tasks)"}
+    with pytest.raises(EnvError, match="no scripted expert for libero_goal"):
+        run_source("expert", "libero:libero_goal/0", tmp_path, inits=1)
