@@ -72,15 +72,16 @@ def success_in_sim(policy, task: str, seeds: list[int], batch: int = 64) -> np.n
 
 
 @torch.no_grad()
-def success_in_wm(policy, wm: str, starts: torch.Tensor, instructions: list[str],
-                  batch: int = 64) -> tuple[np.ndarray, np.ndarray]:
+def success_in_wm(policy, wm: str, starts: torch.Tensor, instructions: list[str], batch: int = 64,
+                  reward_mode: str = "dense") -> tuple[np.ndarray, np.ndarray]:
     """(success [N], ended by uncertainty truncation [N]) of one deterministic episode from each
-    start; an env counts its first episode only."""
+    start; an env counts its first episode only. Success is the success head's, or with
+    reward_mode "task" the task's check on the decoded state."""
     from embodied.rollout import env_step
     from sims.world_model.env import WorldModelVecEnv
 
     B = min(batch, len(starts))
-    env = WorldModelVecEnv(wm, B)
+    env = WorldModelVecEnv(wm, B, reward_mode=reward_mode)
     succ_all, unc_all = [], []
     for s in range(0, len(starts), B):
         x, ins = starts[s:s + B], instructions[s:s + B]
@@ -156,7 +157,7 @@ def cmd_rank(args: argparse.Namespace) -> dict:
         t0 = time.time()
         s = success_in_sim(policy, args.task, seeds)
         t1 = time.time()
-        w, u = success_in_wm(policy, args.wm, starts, instr)
+        w, u = success_in_wm(policy, args.wm, starts, instr, reward_mode=args.reward_mode)
         t2 = time.time()
         sim.append(s)
         wm.append(w)
@@ -164,7 +165,7 @@ def cmd_rank(args: argparse.Namespace) -> dict:
                      "wm": float(w.mean()), "wm_uncertain": float(u.mean()),
                      "sim_seconds": round(t1 - t0, 1), "wm_seconds": round(t2 - t1, 1)})
         print(json.dumps(rows[-1]), flush=True)
-    return {"task": args.task, "seeds": args.seeds, "rows": rows,
+    return {"task": args.task, "seeds": args.seeds, "reward_mode": args.reward_mode, "rows": rows,
             "agreement": agreement(np.stack(sim), np.stack(wm)), "by_run": by_run(rows)}
 
 
@@ -190,7 +191,7 @@ def cmd_transfer(args: argparse.Namespace) -> dict:
     def score():
         policy.eval()
         s = success_in_sim(policy, task, seeds)
-        w, u = success_in_wm(policy, args.wm, starts, instr)
+        w, u = success_in_wm(policy, args.wm, starts, instr, reward_mode=args.reward_mode)
         policy.train()
         curve.append({"env_steps": steps, "sim": float(s.mean()), "wm": float(w.mean()),
                       "wm_uncertain": float(u.mean()), "wall_seconds": round(time.time() - t_start, 1)})
@@ -223,6 +224,8 @@ def main() -> None:
     r.add_argument("--checkpoints", nargs="+", required=True)
     r.add_argument("--every", type=int, default=1, help="with run directories: every n-th checkpoint")
     r.add_argument("--seeds", type=int, default=128)
+    r.add_argument("--reward-mode", default="dense", choices=["dense", "sparse", "task"],
+                   help="task: success is the task's check on the decoded state, not the success head")
     b = sub.add_parser("by-run", help="agreement per run of a rank JSON, intervals over checkpoints")
     b.add_argument("rank_json")
     t = sub.add_parser("transfer")
