@@ -113,6 +113,9 @@ class TrainConfig:
     run_dir: str = "runs/default"
     eval_every: int = 10  # iterations; 0 disables periodic evaluation
     eval_episodes: int = 64
+    # false: evaluate the policy as it samples (the exploring policy RL optimises; its draws are
+    # seeded, so an evaluation repeats exactly) instead of its deterministic act
+    eval_deterministic: bool = True
     video_episodes: int = 2
     save_every: int = 10  # iterations
     torch_threads: int = 0  # 0 = leave torch's default

@@ -35,8 +35,19 @@ def evaluate(policy: Any, env: VecEnv, seeds: Sequence[int], deterministic: bool
 
     Episode k starts from reset(seed=seeds[k]); an env counts its first episode
     only. With video_path, the first `video_episodes` episodes are rendered side
-    by side into one mp4.
+    by side into one mp4. With deterministic=False the policy samples its actions
+    from torch's generator seeded with seeds[0], forked so that the caller's stream
+    is left as it was: the same policy and seeds give the same result.
     """
+    if deterministic:
+        return _episodes(policy, env, seeds, True, video_path, video_episodes)
+    with torch.random.fork_rng():
+        torch.manual_seed(int(seeds[0]) if len(seeds) else 0)
+        return _episodes(policy, env, seeds, False, video_path, video_episodes)
+
+
+def _episodes(policy: Any, env: VecEnv, seeds: Sequence[int], deterministic: bool,
+              video_path: str | Path | None, video_episodes: int) -> EvalResult:
     B = env.num_envs
     successes, returns, lengths = [], [], []
     frames: list[np.ndarray] = []

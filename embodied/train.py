@@ -59,7 +59,8 @@ def end_iteration(cfg: ExperimentConfig, it: int, env_steps: int, policy: Any, e
     last = env_steps >= tc.total_steps
     if (tc.eval_every and it % tc.eval_every == 0) or last:
         video = run_dir / "videos" / f"iter_{it:06d}.mp4" if (last and tc.video_episodes) else None
-        result = evaluate(policy, eval_env, seeds, video_path=video, video_episodes=tc.video_episodes)
+        result = evaluate(policy, eval_env, seeds, deterministic=tc.eval_deterministic, video_path=video,
+                          video_episodes=tc.video_episodes)
         logger.log("eval", result.as_dict(), env_steps)
         summary.setdefault("eval_curve", []).append((env_steps, result.success_rate))
         logger.print(f"iter {it} step {env_steps}: eval success {result.success_rate:.2f}")
@@ -111,7 +112,7 @@ def train(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, 
         collector.reset(seed=tc.seed)
         if collector.obs is not None:
             policy.update_normalizer(collector.obs)
-        summary["success_before"] = evaluate(policy, eval_env, seeds).success_rate
+        summary["success_before"] = evaluate(policy, eval_env, seeds, tc.eval_deterministic).success_rate
         summary["eval_curve"] = [(0, summary["success_before"])]
 
     logger = Logger(run_dir / "tb", tc.total_steps, env_steps, tc.progress)

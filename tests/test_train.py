@@ -108,3 +108,30 @@ def test_eval_command_reports_and_writes_video(tmp_path, capsys):
     import av
     with av.open(str(video)) as c:
         assert c.streams.video[0].frames > 5
+
+
+def test_sampling_evaluation_repeats_and_leaves_the_callers_stream():
+    """evaluate(deterministic=False) samples from a generator seeded by the seeds, forked: the
+    same policy and seeds give the same episodes, other seeds other draws, and the caller's
+    torch stream goes on as if no evaluation had run. train.eval_deterministic=false uses it."""
+    from embodied.evaluate import evaluate
+    from policies.mlp import MLPActorCritic, MLPConfig
+    from sims.registry import make_env
+
+    torch.manual_seed(0)
+    env = make_env("Reach", 4, obs_mode="state")
+    policy = MLPActorCritic(MLPConfig(obs_dim=env.spec.state_dim, action_dim=env.spec.action_dim, obs_key="state",
+                                      init_log_std=0.0))
+    torch.manual_seed(123)
+    no_eval = torch.rand(3)
+    torch.manual_seed(123)
+    a = evaluate(policy, env, [5, 6, 7, 8], deterministic=False)
+    assert torch.equal(torch.rand(3), no_eval)  # the caller's stream: untouched
+    torch.manual_seed(7)
+    b = evaluate(policy, env, [5, 6, 7, 8], deterministic=False)
+    assert (a.episode_return, a.lengths) == (b.episode_return, b.lengths)
+    c = evaluate(policy, env, [9, 6, 7, 8], deterministic=False)
+    d = evaluate(policy, env, [5, 6, 7, 8], deterministic=True)
+    env.close()
+    assert c.episode_return != a.episode_return and d.episode_return != a.episode_return
+    assert load_config(None, ["train.eval_deterministic=false"]).train.eval_deterministic is False

@@ -102,7 +102,7 @@ def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) ->
         collector.set_weights(weights, version)
         policy.load_state_dict(weights)
         if resume is None:
-            summary["success_before"] = evaluate(policy, eval_env, seeds).success_rate
+            summary["success_before"] = evaluate(policy, eval_env, seeds, tc.eval_deterministic).success_rate
             summary["eval_curve"] = [(0, summary["success_before"])]
 
         logger = Logger(run_dir / "tb", tc.total_steps, env_steps, tc.progress)
