@@ -210,7 +210,8 @@ def cmd_transfer(args: argparse.Namespace) -> dict:
     env.close()
     if args.save:
         policy.save_pretrained(args.save)
-    return {"start": f"{ckpt.parent.parent.name}/{ckpt.name}", "reward_mode": args.reward_mode, "wm_steps": steps, "seeds": args.seeds,
+    return {"start": f"{ckpt.parent.parent.name}/{ckpt.name}", "reward_mode": args.reward_mode,
+            "wm_steps": steps, "seeds": args.seeds,
             "curve": curve, "lift_sim": curve[-1]["sim"] - curve[0]["sim"],
             "best_sim": max(c["sim"] for c in curve)}
 

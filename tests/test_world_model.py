@@ -143,7 +143,8 @@ def test_task_reward_mode(trained, tmp_path):
         live = ~(r.done | d.done)
         x1 = r.obs["privileged"].numpy()
         p0, p1, succ = push_cube(x0)[0], *push_cube(x1)[:2]
-        want = torch.from_numpy((p1 - p0 + succ).astype("float32")) - envs[0].cfg.uncertainty_lambda * r.info["disagreement"]
+        penalty = envs[0].cfg.uncertainty_lambda * r.info["disagreement"]
+        want = torch.from_numpy((p1 - p0 + succ).astype("float32")) - penalty
         torch.testing.assert_close(r.reward[live], want[live])
         torch.testing.assert_close(r.obs["privileged"][live], d.obs["privileged"][live])
         obs = [r.obs, d.obs]

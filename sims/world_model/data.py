@@ -79,7 +79,8 @@ def _load_one(root: str | Path, task: str) -> tuple[list[Episode], dict]:
         d = torch.zeros(L)
         if bool(s[-1]) or (horizon and L < horizon):
             d[-1] = 1.0
-        episodes.append(Episode(x, ep.get("executed_action", ep["action"]).float(), ep["reward"].float().reshape(L), s, d,
+        a = ep.get("executed_action", ep["action"]).float()
+        episodes.append(Episode(x, a, ep["reward"].float().reshape(L), s, d,
                                 str(ep.get("instruction", ""))))
     return episodes, spec
 
