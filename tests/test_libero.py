@@ -2,8 +2,8 @@
 reset against LIBERO's hard reset, exact resume, bad input, a dead worker started again once.
 The scripted expert runs in tests/test_libero_protocol.py, through the evaluation protocol.
 
-Needs .venv-libero (`make libero`, never built by `make test` or CI): without it every test that
-starts a worker is skipped with that reason. State-only, one task, few steps; one rendered
+Needs .venv-libero (`make libero`; `make test` builds it): without it every test that starts a
+worker is skipped with that reason. State-only, one task, few steps; one rendered
 smoke test (marked slow)."""
 
 from __future__ import annotations
