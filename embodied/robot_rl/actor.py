@@ -68,6 +68,7 @@ class Actor:
         self.sent_at: list[float] = []  # monotonic send times of training commands
         self.t0 = time.monotonic()
         self._progress = open(self.dir / "progress.jsonl", "a")
+        self.learner_alive: Any = None  # () -> bool: the learner process lives (set by run.py)
 
     # ------------------------------------------------------------------ the learner
     def _poll_link(self) -> None:
@@ -86,16 +87,24 @@ class Actor:
         return time.monotonic() - self.link.last_weights_time > self.cfg.actor.learner_timeout_s
 
     def _wait_synced(self, key: tuple[int, int]) -> None:
-        """actor.lockstep: wait until the learner is done with the transition `key` (or is lost)."""
-        t = time.monotonic()
-        while self.link.synced < key and not self._learner_lost():
+        """actor.lockstep: wait until the learner is done with the transition `key` (or is lost).
+        Before a learner has first connected, wait for it as long as its process lives
+        (`learner_alive`, set by `embodied finetune-robot`; without it, as long as it takes)."""
+        t = told = time.monotonic()
+        while self.link.synced < key and (not self._learner_lost() or self._first_learner_coming()):
             self.link.heard.wait(0.05)
             self.link.heard.clear()
             self._poll_link()
+            if time.monotonic() - told > self.cfg.actor.learner_timeout_s and not self.link.ever_connected:
+                log.warning("actor: lockstep: waiting for the learner to connect")
+                told = time.monotonic()
         if self.link.synced < key:
             log.warning("actor: lockstep: no word from the learner for %.1f s; acting on without it",
                         self.cfg.actor.learner_timeout_s)
         self.held_s += time.monotonic() - t
+
+    def _first_learner_coming(self) -> bool:
+        return not self.link.ever_connected and (self.learner_alive is None or self.learner_alive())
 
     def _hold_for_learner(self) -> None:
         """on_learner_loss "hold": send nothing until weights come (the robot holds)."""

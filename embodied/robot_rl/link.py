@@ -62,6 +62,7 @@ class ActorLink:
         self.last_weights_time = time.monotonic()  # the learner's last weights or synced message
         self.synced: tuple[int, int] = (-1, -1)  # lockstep: the newest transition the learner is done with
         self.heard = threading.Event()  # set by every weights or synced message
+        self.ever_connected = False
         self.hello = queue.Queue()  # episodes counts of learners that connected
         self.out: queue.Queue = queue.Queue()
         self.closed = threading.Event()
@@ -85,6 +86,7 @@ class ActorLink:
                     conn.close()
                     return
                 old, self._conn = self._conn, conn
+                self.ever_connected = True
             if old is not None:
                 old.close()
             log.info("link: learner connected")

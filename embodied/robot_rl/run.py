@@ -67,6 +67,8 @@ def cmd_finetune_robot(args: argparse.Namespace) -> int:
         if proc is not None:
             proc.terminate()
         return 1
+    if proc is not None:
+        actor.learner_alive = proc.is_alive  # lockstep: wait for its first connection while it lives
     try:
         summary = actor.run()
     finally:
