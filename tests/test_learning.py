@@ -1,4 +1,6 @@
-"""End-to-end learning: state-PPO must solve Reach and PushCube (seeded, 2 CPU cores).
+"""End-to-end learning: state-PPO must solve PushCube (seeded, 2 CPU cores). Reach, which it
+solves in 120k env steps (`embodied train configs/ppo_reach.yaml`), left the suite for its
+budget: PushCube is the harder check of the same loop.
 
 The assertions are on the success rate of the final deterministic evaluation
 over 64 fixed seeds that training never saw.
@@ -16,12 +18,6 @@ def run(tmp_path, config, *overrides):
     cfg = load_config(config, [f"train.run_dir={tmp_path}", "train.progress=false", "train.eval_every=0",
                                "train.video_episodes=0", "train.eval_episodes=64", *overrides])
     return train(cfg)
-
-
-def test_ppo_solves_reach(tmp_path):
-    summary = run(tmp_path, "configs/ppo_reach.yaml", "train.total_steps=120000")
-    assert summary["success_before"] < 0.2
-    assert summary["success_after"] >= 0.9, summary
 
 
 def test_ppo_solves_pushcube(tmp_path):

@@ -1,11 +1,12 @@
 """End-to-end learning from pixels: SFT of the tiny flow VLA on scripted-expert demonstrations
-(front and wrist camera images, instruction, proprioceptive state; the goal is NOT in the
+(front and wrist camera images, instruction, proprioceptive state; the goals are NOT in the
 state), then closed-loop success in the simulator on held-out seeds.
 
-- Reach: the goal sphere stands on a visual pole, so its position is observable from pixels.
-- ReachColor: a red sphere on the left, a blue one on the right; only the instruction says
-  which one to reach. The policy must succeed far above chance (50%), and swapping "red" <->
-  "blue" in the instruction must send it to the other sphere from the same scenes.
+ReachColor: a red sphere on the left, a blue one on the right, each drawn within a few cm and
+seen only in the images; only the instruction says which one to reach. The policy must succeed
+far above chance (50%), and swapping "red" <-> "blue" in the instruction must send it to the
+other sphere from the same scenes. (Plain Reach from pixels, 98% with 1000 demos, was a second
+check of the same mechanism and left the suite for its budget; docs/vla.md, "Learning".)
 
 Measured numbers and how they were found: docs/vla.md, "Learning".
 """
@@ -20,14 +21,12 @@ from embodied.sft import SFTConfig, build_policy, train_sft
 from sims.registry import make_env
 from test_vla_demos import build_expert_demos
 
-pytestmark = pytest.mark.slow  # two module fixtures of about 2 minutes each (demos and SFT)
+pytestmark = pytest.mark.slow  # a module fixture of about 2.5 minutes (demos and SFT)
 
 CAMS = ["front", "wrist"]
-# (demos, SFT steps, actions executed per 4-action chunk) per task. Measured on Reach: 150
-# demos overfit (20-58% success); 500 demos / 1500-2000 steps reach 84-98%, the misses ending
-# 2.5-3.5 cm from the goal; re-planning after every action and 1000 demos add margin.
-# ReachColor needs 2000 steps.
-RECIPE = {"Reach": (1000, 1500, 1), "ReachColor": (500, 2000, 2)}
+# (demos, SFT steps, actions executed per 4-action chunk) per task; ReachColor needs 2000
+# steps. On Reach, 1000 / 1500 / 1 reached 98% (docs/vla.md, "Learning").
+RECIPE = {"ReachColor": (500, 2000, 2)}
 EVAL_SEEDS = list(range(10_000, 10_050))
 
 
@@ -52,23 +51,8 @@ def _env(task: str):
 
 
 @pytest.fixture(scope="module")
-def reach_policy(tmp_path_factory):
-    return _sft("Reach", tmp_path_factory.mktemp("reach"))
-
-
-@pytest.fixture(scope="module")
 def color_policy(tmp_path_factory):
     return _sft("ReachColor", tmp_path_factory.mktemp("reach_color"))
-
-
-def test_flow_sft_reaches_from_pixels(reach_policy):
-    env = _env("Reach")
-    res = evaluate(reach_policy, env, EVAL_SEEDS)
-    again = evaluate(reach_policy, env, EVAL_SEEDS[:10])  # seeded: reproducible
-    env.close()
-    print(f"Reach from pixels: success {res.success_rate:.2f} over {len(EVAL_SEEDS)} seeds")
-    assert again.successes == res.successes[:10]
-    assert res.success_rate >= 0.8
 
 
 class _SwappedInstruction:
@@ -127,6 +111,8 @@ def test_instruction_chooses_the_target(color_policy):
     named sphere in half of the episodes."""
     env = _env("ReachColor")
     seeds = EVAL_SEEDS
+    first, again = (evaluate(color_policy, env, seeds[:10]) for _ in range(2))
+    assert first.successes == again.successes and first.lengths == again.lengths  # seeded: reproducible
     plain = closest_approach(color_policy, env, seeds)
     swapped = closest_approach(color_policy, _SwappedInstruction(env), seeds)
     env.close()
