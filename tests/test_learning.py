@@ -21,10 +21,12 @@ def run(tmp_path, config, *overrides):
 
 
 def test_ppo_solves_pushcube(tmp_path):
-    """The recipe (reward scaling, 5 epochs x 8 minibatches) at 300k env steps. Final success
-    of `embodied train configs/ppo_pushcube.yaml train.total_steps=300000 train.seed=S
-    train.eval_every=0` for S = 0-4 (2026-11-24, commit fe19479): 0.97, 1.00, 1.00, 1.00,
-    1.00. It first passes 0.9 at 123k-205k steps (docs/rl.md)."""
-    summary = run(tmp_path, "configs/ppo_pushcube.yaml", "train.total_steps=300000")
+    """The recipe (reward scaling, 5 epochs x 8 minibatches) at 200k env steps. Final success
+    of `embodied train configs/ppo_pushcube.yaml train.total_steps=200000 train.seed=S
+    train.eval_every=0` for S = 0-4 (2026-11-24, commit 63c4870, five runs at once on the
+    2-core machine): 1.00, 0.97, 1.00, 0.91, 0.97. At 300k they were 0.97-1.00 (commit fe19479);
+    it first passes 0.9 at 123k-205k steps (docs/rl.md). The threshold, 0.8, sits below the
+    worst of the five."""
+    summary = run(tmp_path, "configs/ppo_pushcube.yaml", "train.total_steps=200000")
     assert summary["success_before"] < 0.2
-    assert summary["success_after"] >= 0.9, summary
+    assert summary["success_after"] >= 0.8, summary
