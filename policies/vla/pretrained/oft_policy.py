@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from policies.base import ActOutput, Evaluation, Policy, PolicyLoadError
+from policies.base import ActOutput, Evaluation, Policy
 from policies.vla.common import Stats, VLAPolicy
 from policies.vla.config import VLAConfig
 from policies.vla.prefix import TextTokenizer, VisionLanguagePrefix, build_lm, masked_mean
@@ -219,23 +219,3 @@ class OFTVLA(VLAPolicy):
             return err.mean()
         w = valid.to(err.device, err.dtype)
         return (err * w).sum() / w.sum().clamp(min=1.0)
-
-    @classmethod
-    def from_pretrained(cls, path: str | Path, **config_overrides: Any) -> "OFTVLA":
-        """Reload a directory that save_pretrained wrote (config.json says policy oft_vla)."""
-        import json
-
-        from safetensors.torch import load_file
-
-        path = Path(path)
-        cfg_file, weights = path / "config.json", path / "model.safetensors"
-        if not cfg_file.is_file() or not weights.is_file():
-            raise PolicyLoadError(f"{path}: not a policy directory (needs config.json and model.safetensors)")
-        meta = json.loads(cfg_file.read_text())
-        if meta.get("policy") != cls.name:
-            raise PolicyLoadError(f"{path}: holds a {meta.get('policy')!r} policy, not {cls.name!r}")
-        try:
-            config = OFTVLAConfig(**{**meta["config"], **config_overrides})
-        except TypeError as e:
-            raise PolicyLoadError(f"{path}: config.json does not fit OFTVLAConfig ({e})") from None
-        return cls.load_from(path, config, load_file(str(weights)))
