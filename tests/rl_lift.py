@@ -41,6 +41,14 @@ def _build_sft(collect, sft, seed: int) -> Callable[[Path], None]:
     return build
 
 
+def sparse_eval(every: int) -> list[str]:
+    """The override that evaluates every `every` iterations and at the last. A test picks the
+    multiple of its config's eval_every at which the config's last two evaluations fall, so its
+    lift is the benchmark's (evaluation touches neither the training envs nor training's random
+    stream) while the other evaluations stop costing suite time."""
+    return [f"rl.train.eval_every={every}"]
+
+
 def lift(name: str, seed: int, run_dir: Path, build_once: Callable | None = None,
          overrides: list[str] = ()) -> dict:
     """Run configs/<name>.yaml with `seed` (demos, SFT and RL): {"before", "curve", "late",

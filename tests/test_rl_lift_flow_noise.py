@@ -15,16 +15,12 @@ tests"): SFT -> last two, per seed 0-4: 0.56 -> 0.71,
 from __future__ import annotations
 
 import pytest
-from rl_lift import lift
-
-# Evaluate at iteration 18 and at the last (the 23rd) only: the config's curve (every 9) has its
-# last two evaluations at the same iterations, and evaluating touches neither the training envs nor
-# training's random stream, so the lift is the benchmark's; the other evaluations cost suite time.
-SPARSE_EVAL = ["rl.train.eval_every=18"]
+from rl_lift import lift, sparse_eval
 
 
 @pytest.mark.slow
 def test_ppo_flow_noise_lifts_a_short_sft_on_reach(build_once, tmp_path):
-    out = lift("lift_reach_flow_noise", 0, tmp_path, build_once, overrides=SPARSE_EVAL)
+    # evaluated at iteration 18 and the last (23): where the config's last two evaluations fall
+    out = lift("lift_reach_flow_noise", 0, tmp_path, build_once, overrides=sparse_eval(18))
     assert out["before"] < 0.8 and len(out["curve"]) >= 3  # room to improve; evaluated along the way
     assert out["lift"] >= 0.03, out

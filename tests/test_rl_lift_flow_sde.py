@@ -20,16 +20,12 @@ half the worst: other CPUs give other numbers for the same seed.
 from __future__ import annotations
 
 import pytest
-from rl_lift import lift
-
-# Evaluate at iterations 28 and 56 and at the last only: the config's curve (every 8) has its last two
-# evaluations at the same iterations, and evaluating touches neither the training envs nor
-# training's random stream, so the lift is the benchmark's; the other evaluations cost suite time.
-SPARSE_EVAL = ["rl.train.eval_every=28"]
+from rl_lift import lift, sparse_eval
 
 
 @pytest.mark.slow
 def test_flow_sde_lifts_an_imitation_of_a_slow_demonstrator(build_once, tmp_path):
-    out = lift("lift_point_flow_sde", 0, tmp_path, build_once, overrides=SPARSE_EVAL)
+    # evaluated at iterations 28, 56 and the last (63): where the config's last two evaluations fall
+    out = lift("lift_point_flow_sde", 0, tmp_path, build_once, overrides=sparse_eval(28))
     assert out["before"] < 0.5 and len(out["curve"]) >= 3
     assert out["lift"] >= 0.08, out
