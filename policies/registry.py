@@ -29,7 +29,16 @@ def policy_class(name: str) -> type[Policy]:
 
 
 def build_mlp(cfg: Any, spec: Any) -> MLPActorCritic:
+    """A fresh MLP, or with cfg.init_from the save_pretrained MLP there (e.g. embodied.bc's
+    behaviour cloning), whose own config then replaces hidden_sizes, activation and the rest."""
     obs_dim = spec.privileged_dim if cfg.obs_key == "privileged" else spec.state_dim
+    if cfg.init_from:
+        policy = MLPActorCritic.from_pretrained(cfg.init_from)
+        got = (policy.config.obs_key, policy.config.obs_dim, policy.config.action_dim)
+        if got != (cfg.obs_key, obs_dim, spec.action_dim):
+            raise PolicyLoadError(f"policy.init_from: {cfg.init_from} reads {got[0]} [{got[1]}] and acts [{got[2]}]; "
+                                  f"the env gives {cfg.obs_key} [{obs_dim}] and takes [{spec.action_dim}]")
+        return policy
     return MLPActorCritic(MLPConfig(
         obs_dim=obs_dim, action_dim=spec.action_dim, obs_key=cfg.obs_key,
         hidden_sizes=list(cfg.hidden_sizes), activation=cfg.activation,

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from sims.libero.proc import WorkerDied, WorkerProc
-from sims.libero.tasks import SETTLE_STEPS, SUITES, parse_name
+from sims.libero.tasks import SETTLE_STEPS, SUITES, parse_name, split_layouts
 from sims.mujoco.seeding import parse_env_ids, parse_seeds, stream_from
 from sims.vecenv import ChunkStepResult, EnvError, EnvSpec, Obs, Seed, StepResult, VecEnv, check_action
 
@@ -53,7 +53,7 @@ def _size(value: Any) -> tuple[int, int]:
 
 class LiberoVecEnv(VecEnv):
     """B LIBERO envs. task: "libero:SUITE/TASK" (TASK: index or name) or "libero:SUITE" (env i
-    runs task i mod n_tasks). obs_mode "state" | "rgb"; cameras: subset of ("agentview",
+    runs task i mod n_tasks); a name ending in "@sampled" or "@official" sets `layouts`. obs_mode "state" | "rgb"; cameras: subset of ("agentview",
     "wrist"); image_size (H, W); layouts "official" | "sampled"; seed: the stream of unseeded
     resets; max_episode_steps: default the suite's; settle_steps: no-op steps after each reset;
     start_timeout: seconds for the workers to build their envs. num_threads (env.num_threads of a
@@ -66,6 +66,7 @@ class LiberoVecEnv(VecEnv):
                  device: str | torch.device | None = None, num_threads: int | None = None):
         self.workers: list[WorkerProc] = []
         suite, sub = parse_name(task)
+        layouts = split_layouts(task)[1] or layouts
         for field, value, allowed in (("obs_mode", obs_mode, OBS_MODES), ("reward_mode", reward_mode, ("sparse",)),
                                       ("layouts", layouts, LAYOUTS)):
             if value not in allowed:

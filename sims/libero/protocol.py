@@ -188,7 +188,8 @@ def run_source(source: str, task: str, out: str | Path, inits: int = NUM_INIT_ST
                log: Callable[[str], None] = print) -> Path:
     """source "expert": the scripted expert (privileged state); a directory with config.json and
     model.safetensors: a save_pretrained policy (e.g. a released LIBERO checkpoint loaded by
-    policies.vla.pretrained), fed `cameras` at image_size and the 8-D state; else a checkpoint."""
+    policies.vla.pretrained), fed `cameras` at image_size and the 8-D state, or an MLP on state
+    or privileged (e.g. embodied.bc's), fed no images; else a checkpoint."""
     from sims.registry import make_env
 
     t0 = time.monotonic()
@@ -202,8 +203,11 @@ def run_source(source: str, task: str, out: str | Path, inits: int = NUM_INIT_ST
 
         policy, label = Policy.from_pretrained(source), Path(source).name
         policy.eval()
+        state_only = hasattr(policy.config, "obs_key")  # an MLP on state or privileged: no cameras
 
         def make(t: str, b: int) -> Any:
+            if state_only:
+                return make_env(t, b)
             return make_env(t, b, obs_mode="rgb", cameras=cameras, image_size=(image_size, image_size))
     else:
         return run_checkpoints([source], task, out, inits, num_envs, log)

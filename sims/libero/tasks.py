@@ -1,5 +1,7 @@
 """LIBERO task names: "libero:SUITE/TASK" (one task; TASK is its index or its name) or
-"libero:SUITE" (every task of the suite, env i running task i mod n_tasks). Imports no LIBERO."""
+"libero:SUITE" (every task of the suite, env i running task i mod n_tasks), optionally ending in
+"@sampled" (layouts drawn by LIBERO's placement samplers instead of the official init states).
+Imports no LIBERO."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ SUITES: dict[str, tuple[int, int]] = {
 }
 SETTLE_STEPS = 10  # no-op steps (gripper open) after every reset, as in the eval scripts
 NUM_INIT_STATES = 50  # official evaluation init states per task
+LAYOUT_SUFFIXES = ("official", "sampled")  # "libero:SUITE[/TASK]@LAYOUTS"
 
 
 def suite_names() -> list[str]:
@@ -22,10 +25,19 @@ def suite_names() -> list[str]:
     return [f"libero:{s}" for s in SUITES]
 
 
+def split_layouts(task: str) -> tuple[str, str | None]:
+    """"libero:SUITE[/TASK]@sampled" -> ("libero:SUITE[/TASK]", "sampled"); no suffix -> (task,
+    None). The suffix lets a config or `embodied collect` ask for sampled layouts by task name."""
+    name, at, layouts = task.partition("@")
+    if at and layouts not in LAYOUT_SUFFIXES:
+        raise EnvError(f"task: unknown layouts {layouts!r} in {task!r}; allowed after '@': {', '.join(LAYOUT_SUFFIXES)}")
+    return name, (layouts if at else None)
+
+
 def parse_name(task: str) -> tuple[str, str | None]:
-    """"libero:SUITE[/TASK]" -> (suite, task or None); one-line EnvError when malformed.
+    """"libero:SUITE[/TASK][@LAYOUTS]" -> (suite, task or None); one-line EnvError when malformed.
     A task index is checked here; a task name is checked by the worker against LIBERO's list."""
-    body = task.removeprefix("libero:")
+    body = split_layouts(task)[0].removeprefix("libero:")
     suite, _, sub = body.partition("/")
     if suite not in SUITES:
         raise EnvError(f"task: unknown LIBERO suite {suite!r} in {task!r}; allowed: {', '.join(SUITES)}")
