@@ -51,8 +51,8 @@ def make_env(task: str, num_envs: int, **kwargs: Any) -> VecEnv:
     Names starting with "libero:" ("libero:libero_spatial/0", "libero:libero_spatial") are LIBERO
     tasks (sims/libero, `make libero`); kwargs go to LiberoVecEnv. "wm:PATH" is a world model
     trained by `embodied world-model train` (sims/world_model); of the kwargs it takes obs_mode
-    ("state" only), reward_mode (dense, sparse or task), max_episode_steps, seed, keyframes and
-    expected_task (the task it must model)."""
+    ("rgb" for a model trained with cameras), cameras, image_size, reward_mode (dense, sparse or
+    task), max_episode_steps, seed, keyframes and expected_task (the task it must model)."""
     if task.startswith("libero:"):  # LIBERO in its own venv (sims/libero, `make libero`)
         from sims.libero.env import LiberoVecEnv
         from sims.vecenv import EnvError
@@ -70,7 +70,8 @@ def make_env(task: str, num_envs: int, **kwargs: Any) -> VecEnv:
             if kwargs.pop(key, None) is not None:
                 raise EnvError(f"env.{key}: domain randomisation is implemented for the MuJoCo tasks "
                                f"only; allowed for world models: null")
-        allowed = ("obs_mode", "expected_task", "max_episode_steps", "seed", "keyframes", "reward_mode")
+        allowed = ("obs_mode", "expected_task", "max_episode_steps", "seed", "keyframes", "reward_mode", "cameras",
+                   "image_size")
         kwargs = {k: v for k, v in kwargs.items() if k in allowed and v is not None}
         return WorldModelVecEnv(task[3:], num_envs, **kwargs)
     if task.startswith("ms:"):

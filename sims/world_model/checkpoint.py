@@ -1,6 +1,6 @@
-"""Save/load a world model: PATH/model.safetensors (weights, normalisation, reset states) and
-PATH/config.json (WorldModelConfig: the task, observation keys, sizes, thresholds; plus the
-reset states' instructions)."""
+"""Save/load a world model: PATH/model.safetensors (weights, normalisation, reset states and,
+with cameras, their frames) and PATH/config.json (WorldModelConfig: the task, observation
+keys, cameras, sizes, thresholds; plus the reset states' instructions)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ WEIGHTS, CONFIG = "model.safetensors", "config.json"
 
 def save_world_model(path: str | Path, model: WorldModel, resets: dict) -> Path:
     """resets: {"x": float32 [N, P] reset vectors, "t": int64 [N] their frame index,
-    "instruction": list[str] of N}."""
+    "instruction": list[str] of N, and with cameras "img": uint8 [N, 3C, H, W] their frames}."""
     from safetensors.torch import save_file
 
     path = Path(path)
@@ -26,6 +26,8 @@ def save_world_model(path: str | Path, model: WorldModel, resets: dict) -> Path:
     tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
     tensors["resets.x"] = resets["x"].float().contiguous()
     tensors["resets.t"] = resets["t"].long().contiguous()
+    if "img" in resets:
+        tensors["resets.img"] = resets["img"].contiguous()
     save_file(tensors, str(path / WEIGHTS))
     meta = {"config": model.cfg.to_dict(), "reset_instructions": list(resets["instruction"])}
     (path / CONFIG).write_text(json.dumps(meta, indent=1))
@@ -51,4 +53,6 @@ def load_world_model(path: str | Path, task: str | None = None) -> tuple[WorldMo
     model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
     model.eval()
     resets = {"x": tensors["resets.x"], "t": tensors["resets.t"], "instruction": meta["reset_instructions"]}
+    if "resets.img" in tensors:
+        resets["img"] = tensors["resets.img"]
     return model, resets

@@ -83,7 +83,8 @@ def cmd_world_model_eval(args: argparse.Namespace) -> int:
     if not ks or min(ks) < 1:
         raise EnvError(f"--ks: expected comma-separated positive integers, got {args.ks!r}")
     model, _ = load_world_model(args.checkpoint)
-    episodes = load_episodes(args.dataset, model.cfg.task)[0] if args.dataset else heldout_episodes(model.cfg)
+    episodes = (load_episodes(args.dataset, model.cfg.task, model.cfg.cameras)[0] if args.dataset
+                else heldout_episodes(model.cfg))
     print(json.dumps({"checkpoint": args.checkpoint, "task": model.cfg.task,
                       "dataset": args.dataset or f"{model.cfg.dataset} (held-out episodes)",
                       **report(model, episodes, ks)}, indent=1))

@@ -1,7 +1,10 @@
-"""WorldModelVecEnv: the simulators' VecEnv contract (obs_mode "state") on a learned model.
+"""WorldModelVecEnv: the simulators' VecEnv contract on a learned model.
 
 Observations have the modelled task's keys and shapes: "state" (the first state_dim entries
-of the decoded privileged vector), "privileged", "instruction" (the reset frame's episode's).
+of the decoded privileged vector), "privileged", "instruction" (the reset frame's episode's),
+and with obs_mode "rgb" (a model trained with cameras) "rgb_<cam>" uint8 [B, H, W, 3] at the
+dataset's frame size: the real frame after a reset, then the frames decoded from the latent,
+composited over that reset frame (sims/world_model/vision.py).
 A reset draws a real frame of the training data: an episode's first frame, or with
 keyframe_every > 0 also a mid-trajectory keyframe (the episode clock then starts at that
 frame's index). Equal seeds give equal reset frames. A step advances every member of the
@@ -28,30 +31,34 @@ import torch
 
 from sims.vecenv import ChunkStepResult, EnvError, EnvSpec, Obs, Seed, StepResult, VecEnv, check_action
 from sims.world_model.checkpoint import load_world_model
-from sims.world_model.rollout import encode_raw, mean_step
+from sims.world_model.rollout import decode_frames, encode_raw, mean_step
+from sims.world_model.vision import split_cameras, stack_cameras
 
 
 class WorldModelVecEnv(VecEnv):
     """path: a checkpoint of `embodied world-model train`. expected_task: if given, the task
     the checkpoint must model. max_episode_steps: override the task's horizon. seed: seeds the
-    reset stream until the first seeded reset."""
+    reset stream until the first seeded reset. obs_mode "rgb" serves `cameras` (default: all the
+    model's; each must be one of them) at the model's image_size (a given one must match)."""
 
     def __init__(self, path: str, num_envs: int, *, obs_mode: str = "state", expected_task: str | None = None,
                  max_episode_steps: int | None = None, seed: int | None = None, keyframes: bool = True,
-                 reward_mode: str = "dense"):
+                 reward_mode: str = "dense", cameras: Sequence[str] | None = None,
+                 image_size: int | Sequence[int] | None = None):
         if reward_mode not in ("dense", "sparse", "task"):
             raise EnvError(f"reward_mode: {reward_mode!r} is not built for world models; allowed: dense "
                            "(the reward head), sparse (the success head), task (the task's terms on the "
                            "decoded state)")
         self.reward_mode = reward_mode
-        if obs_mode != "state":
-            raise EnvError(f"obs_mode: {obs_mode!r} is not built for world models (no image decoder yet); "
-                           "allowed: state")
+        if obs_mode not in ("state", "rgb"):
+            raise EnvError(f"obs_mode: {obs_mode!r} is not built for world models; allowed: state, rgb")
         if not isinstance(num_envs, int) or num_envs < 1:
             raise EnvError(f"num_envs: expected a positive integer, got {num_envs!r}")
         self.model, self.resets = load_world_model(path, expected_task)
         cfg = self.model.cfg
         self.cfg = cfg
+        self.obs_mode = obs_mode
+        self.cameras = self._served_cameras(path, cameras, image_size) if obs_mode == "rgb" else ()
         if reward_mode == "task":
             from sims.world_model.task_terms import TERMS
 
@@ -61,29 +68,59 @@ class WorldModelVecEnv(VecEnv):
             self._terms = TERMS[cfg.task]
         if not keyframes:
             first = self.resets["t"] == 0
-            self.resets = {"x": self.resets["x"][first], "t": self.resets["t"][first],
+            self.resets = {**{k: v[first] for k, v in self.resets.items() if k != "instruction"},
                            "instruction": [s for s, f in zip(self.resets["instruction"], first.tolist()) if f]}
+        size = tuple(int(v) for v in cfg.image_size) if cfg.cameras else (64, 64)
         self.spec = EnvSpec(task=f"wm:{path}", num_envs=num_envs, action_dim=cfg.action_dim,
                             state_dim=cfg.state_dim, privileged_dim=cfg.privileged_dim,
                             max_episode_steps=int(max_episode_steps or cfg.max_episode_steps),
-                            control_hz=cfg.control_hz)
+                            control_hz=cfg.control_hz, cameras=self.cameras, image_size=size)
         B = num_envs
         self._rng = np.random.default_rng(seed)
         self._z = torch.zeros(B, cfg.latent)
         self._x = torch.zeros(B, cfg.privileged_dim)
         self._elapsed = np.zeros(B, dtype=np.int64)
         self._instr = [""] * B
+        # with cameras: the frames served (uint8 [B, 3C, H, W]) and the reset frames they are composited over
+        self._img = (torch.zeros(B, 3 * len(cfg.cameras), *size, dtype=torch.uint8) if cfg.cameras else None)
+        self._ctx = None if self._img is None else self._img.clone()
         self.reset(seed=seed)
+
+    def _served_cameras(self, path: str, cameras: Sequence[str] | None,
+                        image_size: int | Sequence[int] | None) -> tuple[str, ...]:
+        cfg = self.model.cfg
+        if not cfg.cameras:
+            raise EnvError(f"obs_mode: 'rgb' needs a world model trained with cameras; {path} models state only "
+                           "(train one with cameras=[front, ...] on an rgb dataset); allowed here: state")
+        cams = tuple(cfg.cameras) if cameras is None else tuple(cameras)
+        bad = [c for c in cams if c not in cfg.cameras]
+        if bad or not cams:
+            raise EnvError(f"cameras: {path} models cameras {', '.join(cfg.cameras)}, not {bad[0] if bad else '()'}")
+        if image_size is not None:
+            want = (int(image_size), int(image_size)) if isinstance(image_size, (int, np.integer)) else \
+                tuple(int(v) for v in image_size)
+            if list(want) != [int(v) for v in cfg.image_size]:
+                raise EnvError(f"image_size: {path} decodes {cfg.image_size[0]}x{cfg.image_size[1]} frames, not "
+                               f"{want[0]}x{want[1]}; allowed: {cfg.image_size[0]}")
+        return cams
 
     # -- observations -------------------------------------------------------------------------
     def _obs(self, x: torch.Tensor, instr: list[str]) -> Obs:
         x = x.float().clone()
-        return {"state": x[:, : self.spec.state_dim].clone(), "privileged": x, "instruction": list(instr)}
+        obs = {"state": x[:, : self.spec.state_dim].clone(), "privileged": x}
+        if self.cameras:
+            frames = split_cameras(self._img, self.cfg.cameras)
+            obs.update({f"rgb_{c}": frames[c] for c in self.cameras})
+        obs["instruction"] = list(instr)
+        return obs
 
     def _reset_rows(self, ids: np.ndarray, picks: np.ndarray) -> None:
         x = self.resets["x"][torch.from_numpy(picks)]
+        img = self.resets["img"][torch.from_numpy(picks)] if self._img is not None else None
         self._x[ids] = x
-        self._z[ids] = encode_raw(self.model, x)
+        if img is not None:
+            self._img[ids], self._ctx[ids] = img, img
+        self._z[ids] = encode_raw(self.model, x, img)
         self._elapsed[ids] = self.resets["t"][torch.from_numpy(picks)].numpy()
         for i, p in zip(ids.tolist(), picks.tolist()):
             self._instr[i] = self.resets["instruction"][p]
@@ -110,16 +147,31 @@ class WorldModelVecEnv(VecEnv):
         return self._obs(self._x, self._instr), {}
 
     def reset_to(self, privileged: torch.Tensor, instructions: Sequence[str] | None = None,
-                 env_ids: torch.Tensor | None = None) -> tuple[Obs, dict]:
+                 env_ids: torch.Tensor | None = None, images: dict[str, torch.Tensor] | None = None
+                 ) -> tuple[Obs, dict]:
         """Start rows env_ids (default all) from given raw privileged vectors [n, P], e.g. the
         simulator's initial states, so that a policy meets the same starts in the model and in the
-        simulator. The episode clock starts at 0; instructions default to the first reset frame's."""
+        simulator. The episode clock starts at 0; instructions default to the first reset frame's.
+        A model with cameras also needs their frames: images {"rgb_<cam>": uint8 [n, H, W, 3]}
+        (e.g. the simulator's rgb observation)."""
         ids = np.arange(self.num_envs) if env_ids is None else np.asarray(torch.as_tensor(env_ids).reshape(-1))
         x = torch.as_tensor(privileged).float().reshape(len(ids), -1)
         if x.shape[1] != self.spec.privileged_dim:
             raise EnvError(f"privileged: expected [{len(ids)}, {self.spec.privileged_dim}], got {list(x.shape)}")
+        img = None
+        if self._img is not None:
+            keys = [f"rgb_{c}" for c in self.cfg.cameras]
+            missing = [k for k in keys if images is None or k not in images]
+            if missing:
+                raise EnvError(f"images: this world model encodes frames too; reset_to needs {', '.join(keys)} "
+                               f"(uint8 [n, H, W, 3]), {missing[0]} is missing")
+            img = stack_cameras({c: torch.as_tensor(images[f"rgb_{c}"]) for c in self.cfg.cameras}, self.cfg.cameras)
+            if tuple(img.shape) != (len(ids), *self._img.shape[1:]):
+                raise EnvError(f"images: expected {len(ids)} frames of {self.spec.image_size[0]}x"
+                               f"{self.spec.image_size[1]} per camera, got {list(images[keys[0]].shape)}")
+            self._img[ids], self._ctx[ids] = img, img
         self._x[ids] = x
-        self._z[ids] = encode_raw(self.model, x)
+        self._z[ids] = encode_raw(self.model, x, img)
         self._elapsed[ids] = 0
         for k, i in enumerate(ids.tolist()):
             self._instr[i] = instructions[k] if instructions is not None else self.resets["instruction"][0]
@@ -130,6 +182,8 @@ class WorldModelVecEnv(VecEnv):
         out = mean_step(self.model, self._z[rows], a)
         x_prev = self._x[rows].clone()
         self._z[rows], self._x[rows] = out["z"], out["x"]
+        if self.cameras:
+            self._img[rows] = decode_frames(self.model, out["z"], self._ctx[rows])
         self._elapsed[rows] += 1
         if self.reward_mode == "task":
             p0 = self._terms(x_prev.numpy())[0]
@@ -192,9 +246,12 @@ class WorldModelVecEnv(VecEnv):
 
     # -- checkpointing -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"latent": self._z.numpy().copy(), "privileged": self._x.numpy().copy(),
-                "elapsed": self._elapsed.copy(), "instructions": list(self._instr),
-                "rng": json.dumps(self._rng.bit_generator.state)}
+        state = {"latent": self._z.numpy().copy(), "privileged": self._x.numpy().copy(),
+                 "elapsed": self._elapsed.copy(), "instructions": list(self._instr),
+                 "rng": json.dumps(self._rng.bit_generator.state)}
+        if self._img is not None:
+            state["images"], state["context"] = self._img.numpy().copy(), self._ctx.numpy().copy()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._z = torch.as_tensor(np.asarray(state["latent"])).float().clone()
@@ -202,6 +259,18 @@ class WorldModelVecEnv(VecEnv):
         self._elapsed = np.asarray(state["elapsed"], dtype=np.int64).copy()
         self._instr = [str(s) for s in state["instructions"]]
         self._rng.bit_generator.state = json.loads(state["rng"])
+        if self._img is not None:
+            self._img = torch.as_tensor(np.asarray(state["images"])).to(torch.uint8).clone()
+            self._ctx = torch.as_tensor(np.asarray(state["context"])).to(torch.uint8).clone()
 
     def render(self, env_ids: Sequence[int] | None = None, camera: str | None = None) -> torch.Tensor:
-        raise EnvError("render: world models have no image decoder yet (obs_mode state only)")
+        """uint8 [n, H, W, 3] frames of `camera` (default the first modelled) at the model's size:
+        the served frames with obs_mode rgb, else decoded from the current latents."""
+        if not self.cfg.cameras:
+            raise EnvError("render: this world model was trained without cameras (state only); nothing to render")
+        cam = camera or self.cfg.cameras[0]
+        if cam not in self.cfg.cameras:
+            raise EnvError(f"camera: {cam!r} is not modelled; allowed: {', '.join(self.cfg.cameras)}")
+        rows = torch.arange(self.num_envs) if env_ids is None else torch.as_tensor(list(env_ids), dtype=torch.long)
+        img = self._img[rows] if self.cameras else decode_frames(self.model, self._z[rows], self._ctx[rows])
+        return split_cameras(img, self.cfg.cameras)[cam]

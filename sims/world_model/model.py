@@ -1,10 +1,13 @@
-"""The world model: encoder of the privileged vector into a latent, an ensemble of
-action-conditioned latent dynamics members (residual MLPs), a decoder back to the vector,
-and reward / success / done heads on the next latent.
+"""The world model: encoder of the privileged vector (and, with `cameras`, of the camera
+frames: sims/world_model/vision.py) into a latent, an ensemble of action-conditioned latent
+dynamics members (residual MLPs), decoders back to the vector (and to the frames), and
+reward / success / done heads on the next latent.
 
 The privileged vector starts with the proprioceptive state (the simulators' contract), so
 decoding it gives both observation keys. Vectors are normalised with the training set's
-mean and std before encoding; the decoder predicts normalised vectors.
+mean and std before encoding; the decoder predicts normalised vectors. With cameras, the
+conv encoder's features join the normalised vector at the input of the latent MLP, and the
+image decoder maps the same latent back to pixels.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from torch import nn
 
 @dataclass
 class WorldModelConfig:
-    """Fields of configs/world_model_*.yaml (and of the checkpoint's config.json)."""
+    """Fields of configs/world_model/*.yaml (and of the checkpoint's config.json)."""
 
     task: str = "PushCube"
     dataset: str = ""  # LeRobot v3 dataset(s) written by `embodied collect`, comma-separated
@@ -36,6 +39,9 @@ class WorldModelConfig:
     uncertainty_lambda: float = 0.1  # reward = reward head - lambda * disagreement
     uncertainty_margin: float = 3.0  # truncate when disagreement > margin * held-out 99th percentile
     max_minutes: float = 60.0  # wall-clock cap on training
+    cameras: list[str] = field(default_factory=list)  # rgb cameras modelled (obs rgb_<cam>); [] = state only
+    channels: int = 16  # width of the conv encoder / decoder (with cameras)
+    image_weight: float = 1.0  # weight of the pixel MSE in the loss (with cameras)
     # filled by training (and stored in the checkpoint)
     obs_keys: list[str] = field(default_factory=lambda: ["state", "privileged", "instruction"])
     state_dim: int = 0
@@ -44,6 +50,7 @@ class WorldModelConfig:
     max_episode_steps: int = 0
     control_hz: float = 20.0
     disagreement_threshold: float = float("inf")
+    image_size: list[int] = field(default_factory=list)  # [H, W] of the dataset's frames (with cameras)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -61,7 +68,15 @@ class WorldModel(nn.Module):
         super().__init__()
         P, A, Z, H = cfg.privileged_dim, cfg.action_dim, cfg.latent, cfg.hidden
         self.cfg = cfg
-        self.encoder = _mlp(P, H, Z)
+        F = H if cfg.cameras else 0  # image features joined with the vector
+        if cfg.cameras:
+            from sims.world_model.vision import ImageDecoder, ImageEncoder
+
+            size = (int(cfg.image_size[0]), int(cfg.image_size[1]))
+            self.image_encoder = ImageEncoder(len(cfg.cameras), size, cfg.channels, F)
+            self.image_decoder = ImageDecoder(len(cfg.cameras), size, cfg.channels, Z)
+            self.register_buffer("pixel_var", torch.ones(()))  # training frames' pixel variance ([0, 1] units)
+        self.encoder = _mlp(P + F, H, Z)
         self.members = nn.ModuleList(_mlp(Z + A, H, Z) for _ in range(cfg.members))
         self.decoder = _mlp(Z, H, P)
         self.heads = _mlp(Z + A, H, 3)  # reward, success logit, done logit of the transition
@@ -74,11 +89,21 @@ class WorldModel(nn.Module):
     def denormalize(self, x: torch.Tensor) -> torch.Tensor:
         return x * self.std + self.mean
 
-    def encode(self, x: torch.Tensor) -> torch.Tensor:
+    def encode(self, x: torch.Tensor, img: torch.Tensor | None = None) -> torch.Tensor:
+        """x: normalised vectors [N, P]; img: uint8 frames [N, 3C, H, W] (required with cameras)."""
+        if self.cfg.cameras:
+            if img is None:
+                raise ValueError("a world model with cameras encodes frames too: img is required")
+            x = torch.cat([x, self.image_encoder(img)], dim=-1)
         return self.encoder(x)
 
     def decode(self, z: torch.Tensor) -> torch.Tensor:
         return self.decoder(z)
+
+    def decode_images(self, z: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+        """latents [N, Z] and the last real frames uint8 [N, 3C, H, W] -> pixels float32
+        [N, 3C, H, W] in [0, 1] (composited over the context: sims/world_model/vision.py)."""
+        return self.image_decoder(z, context)
 
     def step_members(self, z: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         """z [M, N, Z] (one latent per member) or [N, Z] (shared) -> next latents [M, N, Z]."""

@@ -9,9 +9,21 @@ from sims.world_model.model import WorldModel
 
 
 @torch.no_grad()
-def encode_raw(model: WorldModel, x: torch.Tensor) -> torch.Tensor:
-    """Raw privileged vectors [N, P] -> latents [N, Z]."""
-    return model.encode(model.normalize(x))
+def encode_raw(model: WorldModel, x: torch.Tensor, img: torch.Tensor | None = None) -> torch.Tensor:
+    """Raw privileged vectors [N, P] (and, for a model with cameras, uint8 frames
+    [N, 3C, H, W]) -> latents [N, Z]."""
+    return model.encode(model.normalize(x), img)
+
+
+@torch.no_grad()
+def decode_frames(model: WorldModel, z: torch.Tensor, context: torch.Tensor, batch: int = 256) -> torch.Tensor:
+    """Latents [N, Z] and context frames uint8 [N, 3C, H, W] (the last real ones) -> uint8 frames
+    [N, 3C, H, W] (in batches, to bound memory)."""
+    from sims.world_model.vision import to_uint8
+
+    if not len(z):
+        return context.clone()
+    return torch.cat([to_uint8(model.decode_images(zc, cc)) for zc, cc in zip(z.split(batch), context.split(batch))])
 
 
 @torch.no_grad()

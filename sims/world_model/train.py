@@ -4,8 +4,12 @@ own latent from the encoded first frame; early stopping on the held-out k-step e
 Every member trains on its own bootstrap resample of the windows.
 Loss per window = reconstruction of the first frame + sum over the k steps of the members'
 normalised state error (masked where the episode has no next frame) + reward MSE + BCE of
-the success and done heads. The held-out metric is the members' mean normalised k-step
-state error; the weights of its best epoch are kept. The uncertainty threshold is
+the success and done heads. With cameras, the loss adds image_weight times the pixel MSE of
+the frames decoded from the members' mean latent at every step (the latent the env steps
+with), composited over the window's first frame (so the first frame itself needs no
+reconstruction term). The held-out metric is the members' mean
+normalised k-step state error, plus with cameras the k-step pixel MSE divided by the training
+frames' pixel variance; the weights of its best epoch are kept. The uncertainty threshold is
 `uncertainty_margin` times the 99th percentile of the ensemble-mean rollout's disagreement
 over the held-out windows.
 """
@@ -20,9 +24,10 @@ import torch
 import torch.nn.functional as F
 
 from sims.vecenv import EnvError
-from sims.world_model.data import Episode, load_episodes, split, windows
+from sims.world_model.data import Episode, frames, load_episodes, split, windows
 from sims.world_model.model import WorldModel, WorldModelConfig
 from sims.world_model.rollout import mean_step
+from sims.world_model.vision import to_unit
 
 
 def _check(cfg: WorldModelConfig) -> None:
@@ -30,6 +35,11 @@ def _check(cfg: WorldModelConfig) -> None:
                      ("batch_size", 1), ("patience", 1)):
         if not isinstance(getattr(cfg, name), int) or getattr(cfg, name) < lo:
             raise EnvError(f"world_model.{name}: expected an integer >= {lo}, got {getattr(cfg, name)!r}")
+    cams = cfg.cameras
+    if not isinstance(cams, list) or not all(isinstance(c, str) and c for c in cams) or len(set(cams)) != len(cams):
+        raise EnvError(f"world_model.cameras: expected a list of distinct camera names, e.g. [front, wrist], got {cams!r}")
+    if cams and (not isinstance(cfg.channels, int) or cfg.channels < 1):
+        raise EnvError(f"world_model.channels: expected an integer >= 1, got {cfg.channels!r}")
     if not 0.0 < cfg.holdout < 1.0:
         raise EnvError(f"world_model.holdout: expected a fraction in (0, 1), got {cfg.holdout!r}")
     if not cfg.dataset:
@@ -38,10 +48,12 @@ def _check(cfg: WorldModelConfig) -> None:
 
 def window_loss(model: WorldModel, w: dict[str, torch.Tensor],
                 weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(training loss, per-window mean normalised k-step state error [N]) of windows w;
-    weights [M, N]: each member's bootstrap weight of each window (None: all 1)."""
+    """(training loss, per-window held-out metric [N]) of windows w (with cameras, w["img"]:
+    uint8 [N, k+1, 3C, H, W], see batch()); weights [M, N]: each member's bootstrap weight of
+    each window (None: all 1)."""
     x = model.normalize(w["x"])  # [N, k+1, P]
-    z0 = model.encode(x[:, 0])
+    img = w.get("img")
+    z0 = model.encode(x[:, 0], None if img is None else img[:, 0])
     loss = F.mse_loss(model.decode(z0), x[:, 0])
     z, k = z0, w["a"].shape[1]
     err = torch.zeros(len(x))
@@ -57,60 +69,96 @@ def window_loss(model: WorldModel, w: dict[str, torch.Tensor],
         hl = hl + F.binary_cross_entropy_with_logits(d, w["d"][:, j].expand_as(d), reduction="none")
         loss = loss + (se * om).sum() / om.sum().clamp(min=1) + (hl * sm).sum() / sm.sum().clamp(min=1)
         err = err + se.detach().mean(dim=0) * w["obs_mask"][:, j]
+        if img is not None:  # frames decoded from the members' mean latent, as the env serves them
+            pred = model.decode_images(z.mean(dim=0), img[:, 0])  # composited over the window's first frame
+            pe = ((pred - to_unit(img[:, j + 1])) ** 2).mean(dim=(1, 2, 3))  # [N]
+            m = w["obs_mask"][:, j]
+            loss = loss + model.cfg.image_weight * (pe * m).sum() / m.sum().clamp(min=1)
+            err = err + pe.detach() / model.pixel_var * m
     return loss, err / w["obs_mask"].sum(dim=1).clamp(min=1)
+
+
+def batch(w: dict[str, torch.Tensor], frames_: torch.Tensor | None, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Windows idx of w; with frames, "img": uint8 [n, k+1, 3C, H, W] gathered through "frame"."""
+    out = {k: v[idx] for k, v in w.items()}
+    if frames_ is not None:
+        out["img"] = frames_[out.pop("frame")]
+    return out
+
+
+def _chunks(w: dict[str, torch.Tensor], frames_: torch.Tensor | None, size: int = 256):
+    for idx in torch.arange(len(w["x"])).split(size):
+        yield batch(w, frames_, idx)
 
 
 def _fit_normalizer(model: WorldModel, train: list[Episode]) -> None:
     x = torch.cat([ep.x for ep in train])
     model.mean.copy_(x.mean(dim=0))
     model.std.copy_(x.std(dim=0).clamp(min=1e-3))
+    if model.cfg.cameras:
+        img = to_unit(torch.cat([ep.img for ep in train]))
+        model.pixel_var.copy_(img.var().clamp(min=1e-6))
 
 
 @torch.no_grad()
-def heldout_error(model: WorldModel, w: dict[str, torch.Tensor]) -> float:
-    return float(window_loss(model, w)[1].mean())
+def heldout_error(model: WorldModel, w: dict[str, torch.Tensor], frames_: torch.Tensor | None = None) -> float:
+    return float(torch.cat([window_loss(model, b)[1] for b in _chunks(w, frames_)]).mean())
 
 
 @torch.no_grad()
-def disagreement_threshold(model: WorldModel, w: dict[str, torch.Tensor], margin: float) -> float:
-    z = model.encode(model.normalize(w["x"][:, 0]))
+def disagreement_threshold(model: WorldModel, w: dict[str, torch.Tensor], margin: float,
+                           frames_: torch.Tensor | None = None) -> float:
     dis = []
-    for j in range(w["a"].shape[1]):
-        out = mean_step(model, z, w["a"][:, j])
-        dis.append(out["disagreement"][w["step_mask"][:, j] > 0])
-        z = out["z"]
+    for b in _chunks(w, frames_):
+        z = model.encode(model.normalize(b["x"][:, 0]), None if frames_ is None else b["img"][:, 0])
+        for j in range(b["a"].shape[1]):
+            out = mean_step(model, z, b["a"][:, j])
+            dis.append(out["disagreement"][b["step_mask"][:, j] > 0])
+            z = out["z"]
     return float(margin * torch.quantile(torch.cat(dis), 0.99))
 
 
 def resets_of(episodes: list[Episode], keyframe_every: int) -> dict[str, Any]:
-    """Reset states: every episode's first frame, plus every keyframe_every-th frame if > 0."""
-    xs, ts, instr = [], [], []
+    """Reset states: every episode's first frame, plus every keyframe_every-th frame if > 0
+    (with cameras, their frames too: "img" uint8 [N, 3C, H, W])."""
+    xs, ts, instr, imgs = [], [], [], []
     for ep in episodes:
-        frames = range(0, len(ep.x), keyframe_every) if keyframe_every > 0 else [0]
-        for t in frames:
+        starts = range(0, len(ep.x), keyframe_every) if keyframe_every > 0 else [0]
+        for t in starts:
             xs.append(ep.x[t])
             ts.append(t)
             instr.append(ep.instruction)
-    return {"x": torch.stack(xs), "t": torch.tensor(ts, dtype=torch.int64), "instruction": instr}
+            if ep.img is not None:
+                imgs.append(ep.img[t])
+    out = {"x": torch.stack(xs), "t": torch.tensor(ts, dtype=torch.int64), "instruction": instr}
+    if imgs:
+        out["img"] = torch.stack(imgs)  # uint8 [N, 3C, H, W]
+    return out
 
 
 def train_world_model(cfg: WorldModelConfig, log=print) -> tuple[WorldModel, dict[str, Any], dict[str, Any]]:
     """Train on cfg.dataset; return (best model, resets, summary)."""
     _check(cfg)
     torch.manual_seed(cfg.seed)
-    episodes, spec = load_episodes(cfg.dataset, cfg.task)
+    episodes, spec = load_episodes(cfg.dataset, cfg.task, cfg.cameras)
     if len(episodes) < 2:
         raise EnvError(f"dataset: {cfg.dataset} holds {len(episodes)} episode; a world model needs >= 2 "
                        "(some are held out)")
     ep0 = episodes[0]
+    size = list(ep0.img.shape[2:]) if ep0.img is not None else []
+    if size and (size[0] % 16 or size[1] % 16):
+        raise EnvError(f"dataset: {cfg.dataset} has {size[0]}x{size[1]} frames; the conv world model needs "
+                       "multiples of 16 (record with --image-size 32, 48, 64, ...)")
     cfg = replace(cfg, privileged_dim=ep0.x.shape[1], action_dim=ep0.a.shape[1],
                   state_dim=int(spec.get("state_dim", ep0.x.shape[1])),
                   max_episode_steps=int(spec.get("max_episode_steps", max(len(e.x) for e in episodes))),
-                  control_hz=float(spec.get("control_hz", 20.0)))
+                  control_hz=float(spec.get("control_hz", 20.0)), image_size=size,
+                  obs_keys=["state", "privileged", "instruction"] + [f"rgb_{c}" for c in cfg.cameras])
     train, held = split(episodes, cfg.holdout, cfg.seed)
     model = WorldModel(cfg)
     _fit_normalizer(model, train)
     wt, wh = windows(train, cfg.horizon_k), windows(held, cfg.horizon_k)
+    ft, fh = frames(train), frames(held)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     gen = torch.Generator().manual_seed(cfg.seed)
     best, best_state, bad, start, history = float("inf"), None, 0, time.monotonic(), []
@@ -122,13 +170,13 @@ def train_world_model(cfg: WorldModelConfig, log=print) -> tuple[WorldModel, dic
     for epoch in range(cfg.epochs):
         model.train()
         for idx in torch.randperm(n, generator=gen).split(cfg.batch_size):
-            loss, _ = window_loss(model, {k: v[idx] for k, v in wt.items()}, boot[:, idx])
+            loss, _ = window_loss(model, batch(wt, ft, idx), boot[:, idx])
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
             opt.step()
         model.eval()
-        err = heldout_error(model, wh)
+        err = heldout_error(model, wh, fh)
         history.append(err)
         if err < best:
             best, bad = err, 0
@@ -140,7 +188,7 @@ def train_world_model(cfg: WorldModelConfig, log=print) -> tuple[WorldModel, dic
             break
     model.load_state_dict(best_state)
     model.eval()
-    model.cfg = cfg = replace(cfg, disagreement_threshold=disagreement_threshold(model, wh, cfg.uncertainty_margin))
+    model.cfg = cfg = replace(cfg, disagreement_threshold=disagreement_threshold(model, wh, cfg.uncertainty_margin, fh))
     summary = {"epochs": len(history), "best_heldout_error": best, "history": history,
                "train_episodes": len(train), "heldout_episodes": len(held),
                "seconds": time.monotonic() - start, "disagreement_threshold": cfg.disagreement_threshold,
@@ -150,5 +198,5 @@ def train_world_model(cfg: WorldModelConfig, log=print) -> tuple[WorldModel, dic
 
 def heldout_episodes(cfg: WorldModelConfig) -> list[Episode]:
     """The episodes training held out (same split: same dataset, holdout and seed)."""
-    episodes, _ = load_episodes(cfg.dataset, cfg.task)
+    episodes, _ = load_episodes(cfg.dataset, cfg.task, cfg.cameras)
     return split(episodes, cfg.holdout, cfg.seed)[1]
