@@ -32,6 +32,7 @@ FEATURE_NAMES = {"obs.state": "observation.state", "obs.privileged": "observatio
                  # under complementary_info too
                  "intervened": "complementary_info.is_intervention",
                  "weight_version": "complementary_info.weight_version",
+                 "base_action": "complementary_info.base_action",  # a residual's frozen VLA action per frame
                  # DART demos (embodied/collect.py): `action` is the expert's clean label (SFT reads
                  # it); the noisy action the env executed is here (the world model reads it)
                  "executed_action": "complementary_info.executed_action"}

@@ -29,6 +29,7 @@ from embodied.robot_rl.config import FinetuneConfig
 from embodied.robot_rl.data import load_policy
 from embodied.robot_rl.labels import Labels
 from embodied.robot_rl.link import ActorLink, to_wire
+from embodied.robot_rl.residual import BasePolicy, compose, residual_of
 from embodied.robot_rl.sim_robot import SimOperator, SimRobot
 from robot_bridge.robot_env import RobotEnv
 from robot_bridge.teleop import Teleop
@@ -49,6 +50,8 @@ class Actor:
             clf = classifier_for_robot(cfg.reward_classifier, cfg.robot) if cfg.robot.success == "classifier" else None
             env = RobotEnv(cfg.robot, success_fn=clf)
         self.env = env
+        # residual: the frozen VLA's action b per frame (obs["base_action"] [1, A]); the policy is the residual
+        self.base = BasePolicy(cfg.residual, cfg.robot.action_dim) if cfg.residual is not None else None
         self.teleop: Teleop | SimOperator | None = None  # the operator: action() or None, before each step
         if cfg.teleop is not None:
             self.teleop = Teleop(self.env.tr, cfg.teleop, cfg.robot.topic(cfg.teleop.topic))
@@ -118,8 +121,18 @@ class Actor:
         self.held_s += time.monotonic() - t
 
     # ------------------------------------------------------------------ episodes
-    def _act(self, obs: dict, deterministic: bool) -> torch.Tensor:
+    def _policy_obs(self, obs: dict) -> torch.Tensor:
+        """What the policy reads [1, D]: obs[obs_key], with residual followed by the base action."""
         o = obs[self.cfg.obs_key].float()
+        return o if self.base is None else torch.cat([o, obs["base_action"]], -1)
+
+    def _based(self, obs: dict, fresh: bool = False) -> dict:
+        """residual: obs with its base action (the chunk's next one, or with fresh a new plan's first)."""
+        if self.base is None:
+            return obs
+        return {**obs, "base_action": self.base.plan(obs) if fresh else self.base.next(obs)}
+
+    def _act(self, o: torch.Tensor, deterministic: bool) -> torch.Tensor:
         with torch.no_grad():
             if deterministic:
                 a, _ = self.policy.sample(o, deterministic=True)
@@ -132,17 +145,25 @@ class Actor:
         """Run one episode from obs. index None: an evaluation (no operator, not recorded, not
         streamed). Returns the next episode's first observation and the episode's summary;
         raises EnvError (the episode so far recorded) when the robot fails or is e-stopped."""
-        key, steps, success = self.cfg.obs_key, [], False
+        steps, success = [], False
         started = time.monotonic()  # labels given before this belong to an earlier episode
+        if self.base is not None:
+            self.base.reset()
+            obs = self._based(obs)
         try:
             while True:
                 if index is not None:
                     self._poll_link()
                     self._hold_for_learner()
-                a = self._act(obs, deterministic)
+                o = self._policy_obs(obs)
+                r = a = self._act(o, deterministic)  # r: what the policy learns from (residual: the residual)
+                if self.base is not None:
+                    a = compose(obs["base_action"], r, self.cfg.residual.scale)
                 manual = self.teleop.action() if (self.teleop is not None and index is not None) else None
                 if manual is not None:
-                    a = torch.as_tensor(manual, dtype=torch.float32)[None]
+                    r = a = torch.as_tensor(manual, dtype=torch.float32)[None]
+                    if self.base is not None:
+                        r = residual_of(a, obs["base_action"], self.cfg.residual.scale)
                 js = self.env._js.latest() if isinstance(self.env, RobotEnv) else None
                 res = self.env.step(a)
                 step = len(steps)
@@ -154,6 +175,10 @@ class Actor:
                 if self.labels is not None and index is not None and not bool(res.done[0]):
                     self._apply_label(res, started)
                 done = bool(res.done[0])
+                if self.base is not None and done:  # the critic's next observation carries b as acted
+                    res.final_obs = self._based(res.final_obs, fresh=True)
+                elif self.base is not None:
+                    res.obs = self._based(res.obs)
                 success = bool(res.info["success"][0])
                 nxt = (res.final_obs if done else res.obs)
                 steps.append({"obs": obs, "action": a[0], "reward": res.reward[0], "success": res.info["success"][0],
@@ -162,7 +187,7 @@ class Actor:
                     steps.append({"obs": res.final_obs, "action": torch.zeros_like(a[0]), "reward": torch.tensor(0.0),
                                   "success": torch.tensor(True), "intervened": False, "version": self.version})
                 if index is not None:
-                    t = {"obs": obs[key][0], "action": a[0], "reward": res.reward[0].float(), "next_obs": nxt[key][0],
+                    t = {"obs": o[0], "action": r[0], "reward": res.reward[0].float(), "next_obs": self._policy_obs(nxt)[0],
                          "terminated": float(res.terminated[0]), "intervened": float(manual is not None),
                          "version": float(self.version), "episode": index, "step": step}
                     self.memory.setdefault(index, []).append(t)
@@ -196,7 +221,8 @@ class Actor:
         ep: dict[str, torch.Tensor] = {}
         for k in steps[0]["obs"]:
             if torch.is_tensor(steps[0]["obs"][k]):
-                ep[f"obs.{k}"] = torch.cat([s["obs"][k] for s in steps])
+                name = "base_action" if k == "base_action" else f"obs.{k}"  # complementary_info.base_action
+                ep[name] = torch.cat([s["obs"][k] for s in steps])
         ep["action"] = torch.stack([s["action"] for s in steps])
         ep["reward"] = torch.stack([s["reward"] for s in steps]).float()
         ep["success"] = torch.stack([s["success"] for s in steps]).bool()
@@ -228,6 +254,8 @@ class Actor:
         ended, code, evals = "episodes", 0, []
         try:
             obs, _ = self.env.reset()
+            if self.base is not None:
+                self.base.check(obs)  # the VLA's cameras and image size against the robot's: one line
             if a.eval_every and first == 0:
                 obs, rate = self.evaluate(obs)
                 evals.append(rate)

@@ -1,6 +1,7 @@
 """`embodied finetune-robot` configuration: one YAML file (configs/finetune_*.yaml), sections
 robot (RobotEnvConfig, with safety: SafetyConfig), sac (SACConfig), teleop (TeleopConfig or
-null), labels (LabelConfig or null: success / failure from the operator), sim (SimConfig or null: the twin in the actor's process instead of ROS 2), actor,
+null), labels (LabelConfig or null: success / failure from the operator), sim (SimConfig or null: the twin in the actor's process instead of ROS 2),
+residual (ResidualConfig or null: a bounded residual on a frozen SFT'd VLA), actor,
 learner, and the top-level run fields. Unknown keys and bad values are one-line
 errors naming the field."""
 
@@ -15,6 +16,7 @@ import yaml
 
 from embodied.robot_rl.agent import SACConfig
 from embodied.robot_rl.labels import LabelConfig
+from embodied.robot_rl.residual import ResidualConfig
 from embodied.robot_rl.sim_robot import SimConfig
 from robot_bridge.robot_env import RobotEnvConfig
 from robot_bridge.safety import SafetyConfig
@@ -81,6 +83,7 @@ class FinetuneConfig:
     teleop: TeleopConfig | None = None
     sim: SimConfig | None = None
     labels: LabelConfig | None = None
+    residual: ResidualConfig | None = None  # SAC learns a bounded residual on this VLA's actions
     actor: ActorConfig = field(default_factory=ActorConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     init: InitConfig = field(default_factory=InitConfig)
@@ -98,6 +101,9 @@ class FinetuneConfig:
         if self.sim is not None and self.labels is not None and self.labels.topic is not None:
             raise FinetuneConfigError("labels.topic: the in-process twin (sim) has no ROS 2 topics; allowed with sim: "
                                       "null (labels.terminal: true)")
+        if self.residual is not None and self.init.weights:
+            raise FinetuneConfigError("init.weights: with residual the starting residual is zero (the VLA's own "
+                                      "actions); allowed with residual: null")
         if self.sim is not None and self.teleop is not None:
             raise FinetuneConfigError("teleop: the in-process twin (sim) has no ROS 2 topics; allowed with sim: "
                                       "null (sim.operator: true for the scripted operator)")
@@ -124,7 +130,7 @@ def _build(cls: type, data: Any, where: str) -> Any:
             msg = f"{where}.{msg}"
         elif head.startswith("safety."):
             msg = f"robot.{msg}"
-        elif not head.startswith((f"{where}.", "sac.", "teleop.", "sim.", "labels")):
+        elif not head.startswith((f"{where}.", "sac.", "teleop.", "sim.", "labels", "residual.")):
             msg = f"{where}: {msg}"
         raise FinetuneConfigError(msg) from None
 
@@ -146,6 +152,8 @@ def config_from_dict(data: dict[str, Any]) -> FinetuneConfig:
     labels = data.pop("labels", None)
     sections["labels"] = None if labels is None else _build(LabelConfig, labels, "labels")
     sections["sim"] = None if sim is None else _build(SimConfig, sim, "sim")
+    residual = data.pop("residual", None)
+    sections["residual"] = None if residual is None else _build(ResidualConfig, residual, "residual")
     names = {f.name for f in dataclasses.fields(FinetuneConfig)} - set(sections)
     unknown = sorted(set(data) - names)
     if unknown:

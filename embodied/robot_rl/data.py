@@ -21,6 +21,7 @@ from embodied.dataset import read_episodes, read_meta
 from embodied.dataset_layout import DatasetError
 from embodied.robot_rl.networks import TanhGaussianActor
 from embodied.robot_rl.replay import episode_transitions
+from embodied.robot_rl.residual import residual_of
 
 
 def save_policy(path: str | Path, actor: TanhGaussianActor, version: int, hidden: tuple[int, ...]) -> None:
@@ -46,9 +47,11 @@ def load_policy(path: str | Path) -> tuple[TanhGaussianActor, int]:
 
 
 def dataset_transitions(root: str | Path, obs_key: str, episodes: list[int] | None = None,
-                        skip: set[int] = frozenset()) -> tuple[list[dict], list[int]]:
+                        skip: set[int] = frozenset(), residual_scale: float | None = None) -> tuple[list[dict], list[int]]:
     """Transitions of a dataset's committed episodes (all, or `episodes`), leaving out the
     indices in `skip`; the reward is the success flag (the sparse reward the robot gives).
+    residual_scale: the run's episodes of a residual on a VLA (embodied/robot_rl/residual.py):
+    obs is [obs_key, base_action] and the action the residual that explains the executed one.
     Returns (transitions, episode indices read)."""
     key = f"obs.{obs_key}"
     out, read = [], []
@@ -60,7 +63,13 @@ def dataset_transitions(root: str | Path, obs_key: str, episodes: list[int] | No
             raise DatasetError(f"{root}: episodes have no {key} (obs_key {obs_key!r}); "
                                f"they have {sorted(k for k in ep if k.startswith('obs.'))}")
         success = ep["success"].bool()
-        out += episode_transitions(ep[key].float(), ep["action"].float(), success.float(), success,
+        obs, action = ep[key].float(), ep["action"].float()
+        if residual_scale is not None:
+            if "base_action" not in ep:
+                raise DatasetError(f"{root}: episodes have no base_action (recorded without residual)")
+            base = ep["base_action"].float()
+            obs, action = torch.cat([obs, base], -1), residual_of(action, base, residual_scale)
+        out += episode_transitions(obs, action, success.float(), success,
                                    ep.get("intervened"), ep.get("weight_version"))
         read.append(index)
     return out, read

@@ -32,12 +32,15 @@ from embodied.robot_rl.config import FinetuneConfig
 from embodied.robot_rl.data import committed_episodes, dataset_transitions, load_policy, save_policy
 from embodied.robot_rl.link import connect_learner, poll_all, to_wire
 from embodied.robot_rl.replay import Replay, mixed_batch
+from embodied.robot_rl.residual import zero_residual_actor
 
 log = logging.getLogger("embodied.robot_rl.learner")
 
 
 def demo_transitions(cfg: FinetuneConfig) -> list[dict]:
-    if not cfg.demos:
+    """The demo buffer's start: the first init.bc_episodes demos (none with residual: the
+    demonstrations carry no base actions; the operator's takeovers fill the demo buffer)."""
+    if not cfg.demos or cfg.residual is not None:
         return []
     n = committed_episodes(cfg.demos)
     if n == 0:
@@ -56,6 +59,15 @@ def prepare(cfg: FinetuneConfig) -> Path:
         return path
     torch.manual_seed(cfg.learner.seed)
     run.mkdir(parents=True, exist_ok=True)
+    if cfg.residual is not None:  # zero residual: the VLA's own actions (embodied/robot_rl/residual.py)
+        obs = None
+        if cfg.demos and committed_episodes(cfg.demos):
+            obs = torch.stack([t["obs"] for t in dataset_transitions(cfg.demos, cfg.obs_key)[0]])
+        dim = obs.shape[1] if obs is not None else cfg.robot.privileged_dim if cfg.obs_key == "privileged" else 0
+        if dim < 1:
+            raise DatasetError("demos: a residual on obs_key 'state' needs demos (the observation's width and statistics)")
+        save_policy(path, zero_residual_actor(obs, dim, cfg.robot.action_dim, cfg.sac.hidden), 0, cfg.sac.hidden)
+        return path
     if cfg.init.weights:
         actor, _ = load_policy(cfg.init.weights)
         save_policy(path, actor, 0, cfg.sac.hidden)
@@ -100,7 +112,9 @@ class Learner:
         for t in demo_transitions(self.cfg):
             self.demo.add(t)
         self.seen: set[tuple[int, int]] = set()
-        loaded, episodes = dataset_transitions(self.dir / "online", cfg.obs_key) if (self.dir / "online").exists() else ([], [])
+        scale = cfg.residual.scale if cfg.residual is not None else None
+        loaded, episodes = (dataset_transitions(self.dir / "online", cfg.obs_key, residual_scale=scale)
+                            if (self.dir / "online").exists() else ([], []))
         for t in loaded:
             self._add(t)
         self.loaded_episodes = len(episodes)
