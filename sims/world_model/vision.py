@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 STRIDES = 4  # four stride-2 stages: 64x64 -> 4x4
+MASK_BIAS = -2.0  # initial bias of the mask logits: sigmoid(-2) = 0.12
 
 
 def stack_cameras(frames: dict[str, torch.Tensor], cameras: list[str]) -> torch.Tensor:
@@ -77,6 +78,8 @@ class ImageDecoder(nn.Module):
             if i < STRIDES - 1:
                 layers.append(nn.ELU())
         self.deconvs = nn.Sequential(*layers)
+        with torch.no_grad():  # masks start near 0: the first predictions are close to copy-last
+            layers[-1].bias[3 * cameras:].fill_(MASK_BIAS)
 
     def forward(self, z: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
         h = torch.nn.functional.elu(self.inp(z)).view(len(z), *self.grid)
