@@ -89,15 +89,22 @@ def test_stale_schedule_on_ray_equals_local():
     assert [h["staleness"] for h in remote["history"]] == [0, 1, 1]
     for k, v in local["weights"].items():
         assert torch.equal(v, remote["weights"][k]), k
+    for h in remote["history"]:  # measured inside each actor; idle = the driver's wall - busy
+        assert h["learner_busy_seconds"] > 0 and h["rollout_busy_seconds"] > 0, h
+        assert min(h[f"{r}_idle_seconds"] for r in ("env", "rollout", "learner")) >= 0, h
 
 
 def test_embodied_train_on_ray_resumes_on_local_exactly(tmp_path, capsys):
-    """`embodied train ... train.backend=ray` on this machine's Ray runs to its end; resumed from
-    its checkpoint with train.backend=local it ends with the weights of a whole local run (the
-    roles' checkpoint does not depend on the backend)."""
+    """`embodied train ... train.backend=ray` on this machine's Ray, one version stale
+    (train.max_staleness=1, log-probs recomputed), runs to its end; resumed from its checkpoint
+    with train.backend=local it ends with the weights of a whole local run (the roles'
+    checkpoint does not depend on the backend, and both run the same schedule). A checkpoint
+    every 2 iterations drains the overlap, so batches are 0 and 1 versions stale in turn; each
+    role's busy time, measured inside it, goes to TensorBoard with idle = wall - busy >= 0."""
     from embodied.cli import main
 
-    args = ["train", *TINY_CLI, "train.placement=pipelined", "train.save_every=2"]
+    args = ["train", *TINY_CLI, "train.placement=pipelined", "train.save_every=2", "train.max_staleness=1",
+            "ppo.recompute_log_probs=true"]
     assert main([*args, "train.total_steps=128", "train.backend=ray", f"train.run_dir={tmp_path / 'ray'}"]) == 0
     assert "backend ray" in capsys.readouterr().out
     assert (tmp_path / "ray" / "checkpoints" / "latest").read_text().strip() == "iter_000002"
@@ -107,6 +114,10 @@ def test_embodied_train_on_ray_resumes_on_local_exactly(tmp_path, capsys):
     events.Reload()
     for tag in ("train/approx_kl", "rollout/env_worker_restarts", "time/env_wait_seconds", "eval/success_rate"):
         assert [e.step for e in events.Scalars(tag)][-1] == 128, tag  # 8 envs x 8 steps x 2 iterations
+    scalars = {tag: [e.value for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    assert scalars["time/staleness"] == [0, 1] and scalars["time/weight_version"] == [0, 0]
+    for role in ("env", "rollout", "learner"):
+        assert sum(scalars[f"time/{role}_busy_seconds"]) > 0 and min(scalars[f"time/{role}_idle_seconds"]) >= 0
     assert main(["train", "--resume", str(tmp_path / "ray"), "train.total_steps=256", "train.backend=local"]) == 0
     assert main([*args, "train.total_steps=256", "train.backend=local", f"train.run_dir={tmp_path / 'local'}"]) == 0
     resumed, local_w = final_weights(tmp_path / "ray"), final_weights(tmp_path / "local")

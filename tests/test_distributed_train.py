@@ -46,6 +46,8 @@ def assert_same_weights(a: dict, b: dict) -> None:
     (["train.placement={learner: {count: 2}}"], "train.placement.learner.count: 2 with backend local"),
     (["train.placement={address: auto}"], "train.placement.address: 'auto' joins a Ray cluster"),
     (["train.backend=ray", "train.placement={address: 'ADDR'}"], "placement.address: cannot reach the Ray head"),
+    (["train.backend=local", "train.max_staleness=2"], "train.max_staleness: 2; allowed: 0 (synchronous) or 1"),
+    (["train.max_staleness=1"], "train.max_staleness: 1 runs over roles; set train.backend or train.placement"),
 ])
 def test_bad_roles_config_is_one_line_before_anything_starts(tmp_path, capsys, overrides, needle):
     if "train.backend=ray" in overrides:

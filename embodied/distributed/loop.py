@@ -62,6 +62,21 @@ def build_roles(cfg: ExperimentConfig, placement: Placement, backend: Any) -> tu
     return collector, learners
 
 
+def role_times(backend: Any, collector: ShardedCollector, learners: list[Any], wall: float) -> dict[str, float]:
+    """`<role>_busy_seconds`, measured inside each role since the last call (the mean over a
+    role's instances: env workers, learners), and `<role>_idle_seconds` = wall - busy, where
+    `wall` is the driver's seconds since the last call. Call it when no role call is in flight."""
+    b = backend
+    asked = {"env": collector.workers, "rollout": [collector.rollout], "learner": learners}
+    futures = {name: [b.call(h, "pop_busy_seconds") for h in hs] for name, hs in asked.items()}
+    out: dict[str, float] = {}
+    for name, fs in futures.items():
+        seconds = b.get(fs)
+        busy_s = sum(seconds) / len(seconds)
+        out[f"{name}_busy_seconds"], out[f"{name}_idle_seconds"] = busy_s, wall - busy_s
+    return out
+
+
 def train_roles(cfg: ExperimentConfig, placement: Placement, backend_name: str = "local",
                 iterations: int = 1, log_dir: str | Path | None = None, max_staleness: int = 0) -> dict[str, Any]:
     """Run `iterations` iterations; -> {"weights": the learner's final state_dict, "version": its
@@ -76,8 +91,8 @@ def train_roles(cfg: ExperimentConfig, placement: Placement, backend_name: str =
     call after the other, so both backends give the same weights.
 
     With log_dir, each iteration's stats go to TensorBoard there: train/, rollout/ and time/
-    (collect, inference, env_wait and update seconds, weight version, staleness), at the env
-    steps so far."""
+    (collect, inference, env_wait and update seconds, weight version, staleness, each role's
+    busy and idle seconds), at the env steps so far."""
     if cfg.train.algorithm != "ppo":
         raise PlacementError(f"train.algorithm: {cfg.train.algorithm!r} with roles; allowed: ppo")
     if max_staleness not in (0, 1):
@@ -96,17 +111,22 @@ def train_roles(cfg: ExperimentConfig, placement: Placement, backend_name: str =
         history: list[dict[str, Any]] = []
         logger = Logger(Path(log_dir), iterations, progress=False) if log_dir is not None else None
         steps = 0
+        role_times(backend, collector, learners, 0.0)  # zero the roles' counters
+        t_window = time.perf_counter()
 
         def finish(futures: list[Any], batch: Any, learner_version: int) -> None:
             """Wait for an update, push its weights to the rollout role, log the iteration."""
-            nonlocal state, version, steps
+            nonlocal state, version, steps, t_window
             t0 = time.perf_counter()
             stats = backend.get(futures)[0]
             state, version = backend.get(backend.call(learners[0], "weights"))
             collector.set_weights(state, version)
             times = {f"{k}_seconds": v for k, v in batch.seconds.items()}
-            times.update(update_seconds=time.perf_counter() - t0, weight_version=float(batch.weight_version),
-                         staleness=float(learner_version - batch.weight_version))
+            now = time.perf_counter()
+            times.update(update_seconds=now - t0, weight_version=float(batch.weight_version),
+                         staleness=float(learner_version - batch.weight_version),
+                         **role_times(backend, collector, learners, now - t_window))
+            t_window = time.perf_counter()
             rollout = {**collector.pop_episode_stats(), **collector.fault_stats()}
             steps += batch.env_steps
             if logger is not None:

@@ -5,14 +5,21 @@ picklable: configs, tensors, small dataclasses.
 Each role that draws random numbers owns its torch generator state (`OwnRng`): in one process
 the roles would otherwise share torch's global generator, and the draws of one would shift
 the others', so `local` and `ray` would differ.
+
+Each role measures its own busy time: the methods marked `@busy` (env steps, inference, the
+update, weight loads) add their wall seconds to the role's counter, which `pop_busy_seconds()`
+returns and zeroes. The driver asks every role once per iteration; the rest of the iteration's
+wall time the role was idle (docs/distributed.md, "Per-role time").
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
+import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -34,11 +41,32 @@ def where() -> dict[str, Any]:
     return {"pid": os.getpid(), "node": node}
 
 
+def busy(method: Callable) -> Callable:
+    """Count a role method's wall seconds as the role's busy time."""
+
+    @functools.wraps(method)
+    def timed(self: "Role", *args: Any, **kwargs: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._busy_seconds += time.perf_counter() - t
+
+    return timed
+
+
 class Role:
-    """What every role answers: where it runs."""
+    """What every role answers: where it runs, and how long it was busy."""
+
+    _busy_seconds = 0.0
 
     def where(self) -> dict[str, Any]:
         return where()
+
+    def pop_busy_seconds(self) -> float:
+        """Seconds spent in @busy methods since the last call (or since the role was built)."""
+        seconds, self._busy_seconds = self._busy_seconds, 0.0
+        return seconds
 
 
 class OwnRng:
@@ -74,11 +102,13 @@ class EnvWorker(Role):
     def spec(self) -> EnvSpec:
         return self.env.spec
 
+    @busy
     def reset(self, seed: int) -> Obs:
         """-> the first observation, [n, ...] per key."""
         obs, _ = self.env.reset(seed=[seed + self.start + i for i in range(self.num_envs)])
         return obs
 
+    @busy
     def step(self, actions: torch.Tensor) -> ChunkStepResult:
         """actions float32 [n, K, A] -> this shard's ChunkStepResult ([n, K] rewards / flags)."""
         from embodied.rollout import env_step
@@ -113,12 +143,14 @@ class RolloutWorker(Role, OwnRng):
         self.version = -1  # no weights pushed yet
         self.init_rng(seed + 1)
 
+    @busy
     @torch.no_grad()
     def act(self, obs: Obs) -> ActOutput:
         """obs [b, ...] -> the policy's ActOutput (actions [b, K, A], log_prob [b], value, replay)."""
         with self.own_rng():
             return self.policy.act(obs)
 
+    @busy
     @torch.no_grad()
     def value(self, obs: Obs) -> torch.Tensor:
         """obs [b, ...] -> V [b] (or [b, n]); zeros for a critic-free policy."""
@@ -129,6 +161,7 @@ class RolloutWorker(Role, OwnRng):
     def has_critic(self) -> bool:
         return bool(self.policy.has_critic)
 
+    @busy
     def set_weights(self, state: dict[str, torch.Tensor], version: int) -> int:
         self.policy.load_state_dict(state)
         self.version = version
@@ -163,10 +196,12 @@ class LearnerWorker(Role, OwnRng):
             self.dp.attach(self.learner)
         self.init_rng(seed + 2 + rank)
 
+    @busy
     def observe(self, obs: Obs) -> None:
         """Update the observation normaliser (train.py does so with the first observation)."""
         self.policy.update_normalizer(obs)
 
+    @busy
     def update(self, traj: Any) -> dict[str, float]:
         """One update on a Trajectory [T, B] (a rank takes its slice of B); the normaliser then
         sees the whole batch, as in train.py. Bumps the weight version."""
@@ -191,6 +226,7 @@ class LearnerWorker(Role, OwnRng):
         self.learner.load_state_dict(state["learner"])
         self._rng, self.version = state["rng"], int(state["version"])
 
+    @busy
     def weights(self) -> tuple[dict[str, torch.Tensor], int]:
         """(the policy's state_dict, its version)."""
         return {k: v.detach().clone() for k, v in self.policy.state_dict().items()}, self.version

@@ -9,7 +9,14 @@ it evaluates (on the driver's own eval env, as train.py does) and is what a chec
 policy/ holds. A checkpoint also holds every role's state (each env worker's envs, the
 collector's observations and episodes in progress, the rollout and learner RNG streams, the
 learner's optimiser), so a killed run resumes exactly (`embodied train --resume RUN_DIR`).
-Synchronous only: each batch is collected on the newest weights.
+
+train.max_staleness 0: each batch is collected on the newest weights, then the learner updates.
+1: while the learner updates on batch i, batch i + 1 is collected on the weights before that
+update (they overlap on Ray; `local` runs the two calls one after the other, with the same
+result). An iteration that saves a checkpoint (and the last) drains: its update finishes
+before the next batch is collected, so a checkpoint never holds a batch in flight and a resumed
+run follows the uninterrupted run's schedule exactly; the batch after a drain is 0 versions
+stale. Every iteration logs its batch's weight version and staleness.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from embodied.checkpoint import CheckpointError, load_checkpoint
 from embodied.config import ExperimentConfig
 from embodied.distributed.backend import make_backend
 from embodied.distributed.collect import ShardedCollector
-from embodied.distributed.loop import build_roles
+from embodied.distributed.loop import build_roles, role_times
 from embodied.distributed.placement import Placement, placement_from_dict
 from embodied.distributed.roles import build_role_policy
 from embodied.evaluate import EvalResult, evaluate
@@ -115,29 +122,42 @@ def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) ->
 
         result: EvalResult | None = None
         t_start = time.time()
+        role_times(b, collector, learners, 0.0)  # zero the roles' busy counters
+        t_window = time.perf_counter()
+        batch = None
         while env_steps < tc.total_steps:
-            t0 = time.time()
-            batch = collector.collect()
-            t1 = time.time()
-            stats = b.get([b.call(lrn, "update", batch.traj) for lrn in learners])[0]
+            if batch is None:  # the first batch, or the first after a drained iteration: on the newest weights
+                batch = collector.collect()
+            staleness = version - batch.weight_version
+            futures = [b.call(lrn, "update", batch.traj) for lrn in learners]
+            env_steps, it = env_steps + batch.env_steps, it + 1
+            last = env_steps >= tc.total_steps
+            # max_staleness 1: collect the next batch on the current weights while the update runs;
+            # a checkpointed (or the last) iteration drains instead, so a checkpoint holds no batch in flight
+            overlap = tc.max_staleness == 1 and not last and not (tc.save_every and it % tc.save_every == 0)
+            following = collector.collect() if overlap else None
+            t1 = time.perf_counter()
+            stats = b.get(futures)[0]
             weights, version = b.get(b.call(learners[0], "weights"))
             collector.set_weights(weights, version)
             policy.load_state_dict(weights)
-            t2 = time.time()
-            env_steps, it = env_steps + batch.env_steps, it + 1
+            t2 = time.perf_counter()
 
             rollout = {**collector.pop_episode_stats(), **collector.fault_stats()}
             rollout["reward_per_step"] = float(batch.traj.rewards.sum() / max(batch.env_steps, 1))
             times = {f"{k}_seconds": v for k, v in batch.seconds.items()}
-            times.update(steps_per_second=batch.env_steps / (t2 - t0), update_seconds=t2 - t1,
-                         wall_seconds=time.time() - t_start, weight_version=float(batch.weight_version))
+            times.update(steps_per_second=batch.env_steps / (t2 - t_window), update_seconds=t2 - t1,
+                         wall_seconds=time.time() - t_start, weight_version=float(batch.weight_version),
+                         staleness=float(staleness), **role_times(b, collector, learners, t2 - t_window))
             logger.log("train", stats, env_steps)
             logger.log("rollout", rollout, env_steps)
             logger.log("time", times, env_steps)
             logger.progress(batch.env_steps, rollout_success=rollout.get("success_rate", float("nan")),
                             kl=stats.get("approx_kl", 0.0))
+            batch = following
 
             result = end_iteration(cfg, it, env_steps, policy, eval_env, seeds, logger, summary, roles, result)
+            t_window = time.perf_counter()  # evaluation and checkpoints are no role's time
         logger.close()
     finally:
         if eval_env is not None:
