@@ -121,3 +121,22 @@ def test_finetune_robot_runs_a_residual_and_the_learner_rebuilds_it(vla_dir, tmp
     loaded, episodes = dataset_transitions(tmp_path / "run" / "online", "privileged", residual_scale=0.2)
     assert episodes == [0, 1, 2] and loaded[0]["obs"].shape == (19,) and loaded[0]["action"].abs().max() <= 1
     assert (tmp_path / "run" / "policy.safetensors").exists() and prepare(config_from_dict(cfg)).exists()
+
+
+def test_successes_as_demos_put_a_successful_episode_into_the_demo_buffer(vla_dir, tmp_path):
+    from embodied.robot_rl.learner import Learner
+
+    cfg = config_from_dict({"run_dir": str(tmp_path / "run"), "residual": {"base": str(vla_dir)},
+                            "robot": {"task": "Reach", "privileged_topic": "/privileged", "privileged_dim": 15},
+                            "learner": {"successes_as_demos": True}})
+    learner = Learner(cfg)
+
+    def t(ep: int, step: int, success: bool, intervened: bool = False) -> dict:
+        return {"obs": torch.zeros(19), "action": torch.zeros(4), "reward": float(success), "next_obs": torch.zeros(19),
+                "terminated": float(success), "intervened": float(intervened), "version": 0.0, "episode": ep, "step": step}
+
+    for x in [t(0, 0, False), t(0, 1, False), t(1, 0, False), t(1, 1, False, True), t(1, 2, True), t(2, 0, False)]:
+        learner._add(x)
+    assert len(learner.online) == 6
+    assert len(learner.demo) == 3  # episode 1 once (its intervened step is not added twice); not 0 or 2
+    assert learner.demo.tensors()["reward"].tolist() == [0.0, 0.0, 1.0]

@@ -58,6 +58,7 @@ class LearnerConfig:
     push_every_s: float = 2.0  # weights to the actor (HIL-SERL: 1-4 s)
     checkpoint_every_s: float = 10.0
     max_updates_per_transition: float = 1.0  # updates never outrun the data by more than this
+    successes_as_demos: bool = False  # an episode that succeeded also goes into the demo buffer (self-imitation)
     seed: int = 0
 
 

@@ -69,8 +69,8 @@ def dataset_transitions(root: str | Path, obs_key: str, episodes: list[int] | No
                 raise DatasetError(f"{root}: episodes have no base_action (recorded without residual)")
             base = ep["base_action"].float()
             obs, action = torch.cat([obs, base], -1), residual_of(action, base, residual_scale)
-        out += episode_transitions(obs, action, success.float(), success,
-                                   ep.get("intervened"), ep.get("weight_version"))
+        ts = episode_transitions(obs, action, success.float(), success, ep.get("intervened"), ep.get("weight_version"))
+        out += [{**t, "episode": index} for t in ts]
         read.append(index)
     return out, read
 

@@ -112,6 +112,7 @@ class Learner:
         for t in demo_transitions(self.cfg):
             self.demo.add(t)
         self.seen: set[tuple[int, int]] = set()
+        self._episode, self._pending = -1, []  # learner.successes_as_demos: the current episode's transitions
         scale = cfg.residual.scale if cfg.residual is not None else None
         loaded, episodes = (dataset_transitions(self.dir / "online", cfg.obs_key, residual_scale=scale)
                             if (self.dir / "online").exists() else ([], []))
@@ -124,9 +125,22 @@ class Learner:
         self.stats: dict[str, float] = {}
 
     def _add(self, t: dict) -> None:
+        """Into the online buffer; intervened transitions into the demo buffer too, and with
+        learner.successes_as_demos every transition of an episode that succeeded (once it has)."""
         self.online.add(t)
         if t["intervened"]:
             self.demo.add(t)
+        if not self.cfg.learner.successes_as_demos:
+            return
+        ep = int(t.get("episode", -1))
+        if ep != self._episode:  # transitions come in order: a new episode drops the last one's
+            self._episode, self._pending = ep, []
+        self._pending.append(t)
+        if t["terminated"] and float(t["reward"]) > 0:
+            for u in self._pending:
+                if not u["intervened"]:
+                    self.demo.add(u)
+            self._pending = []
 
     def checkpoint(self) -> None:
         tmp = self.dir / f".learner.pt.tmp-{os.getpid()}"
