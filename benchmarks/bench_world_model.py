@@ -17,6 +17,12 @@ same initial states.
 
   python benchmarks/bench_world_model.py transfer --wm runs/wm --start runs/ppo_a/checkpoints/iter_000004 \\
       --steps 300000 --out transfer.json
+
+throughput: env steps/s of the world model and of the simulator it models, at the same batch
+and (for a model with cameras) the same cameras and image size, under uniform random actions,
+one torch thread and one MuJoCo thread; wall-clock and process CPU time.
+
+  python benchmarks/bench_world_model.py throughput --wm runs/wm_rgb --num-envs 64 --out tp.json
 """
 
 from __future__ import annotations
@@ -216,6 +222,31 @@ def cmd_transfer(args: argparse.Namespace) -> dict:
             "best_sim": max(c["sim"] for c in curve)}
 
 
+def cmd_throughput(args: argparse.Namespace) -> dict:
+    from sims.registry import make_env
+    from sims.world_model.checkpoint import load_world_model
+
+    cfg = load_world_model(args.wm)[0].cfg
+    kw = dict(obs_mode="rgb", cameras=tuple(cfg.cameras), image_size=tuple(cfg.image_size)) if cfg.cameras else {}
+    rows = {}
+    for name, task, extra in (("world_model", f"wm:{args.wm}", {}), ("simulator", cfg.task, {"num_threads": 1})):
+        env = make_env(task, args.num_envs, **kw, **extra)
+        env.reset(seed=0)
+        g = torch.Generator().manual_seed(0)
+        acts = [torch.rand(args.num_envs, env.spec.action_dim, generator=g) * 2 - 1 for _ in range(args.steps + 1)]
+        env.step(acts[0])  # warm-up
+        wall, cpu = time.perf_counter(), time.process_time()
+        for a in acts[1:]:
+            env.step(a)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        env.close()
+        n = args.steps * args.num_envs
+        rows[name] = {"env_steps": n, "wall_s": wall, "cpu_s": cpu, "steps_per_s_wall": n / wall,
+                      "steps_per_s_cpu": n / cpu}
+    return {"num_envs": args.num_envs, "obs": kw or {"obs_mode": "state"}, **rows,
+            "cpu_speedup": rows["world_model"]["steps_per_s_cpu"] / rows["simulator"]["steps_per_s_cpu"]}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -241,17 +272,21 @@ def main() -> None:
                    help="the model's reward head, 1 when its success head fires, or the task's own "
                         "progress and success on the decoded state")
     t.add_argument("--save", default=None, help="save the final policy here (save_pretrained)")
-    for s in (r, t):
+    h = sub.add_parser("throughput")
+    h.add_argument("--wm", required=True)
+    h.add_argument("--num-envs", type=int, default=64)
+    h.add_argument("--steps", type=int, default=50)
+    for s in (r, t, h):
         s.add_argument("--out", required=True)
     args = p.parse_args()
     torch.set_num_threads(1)
     if args.cmd == "by-run":
         print(json.dumps(by_run(json.loads(Path(args.rank_json).read_text())["rows"]), indent=1))
         return
-    result = cmd_rank(args) if args.cmd == "rank" else cmd_transfer(args)
+    result = {"rank": cmd_rank, "transfer": cmd_transfer, "throughput": cmd_throughput}[args.cmd](args)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
-    print(json.dumps(result["agreement"] if args.cmd == "rank" else
+    print(json.dumps(result["agreement"] if args.cmd == "rank" else result if args.cmd == "throughput" else
                      {k: result[k] for k in ("lift_sim", "best_sim")}, indent=1))
 
 
