@@ -11,6 +11,7 @@ from embodied.distributed.loop import build_roles, free_port, train_roles
 from embodied.distributed.placement import (PlacementError, check_address, check_fits, placement_from_dict,
                                             preset)
 from embodied.distributed.roles import build_role_policy
+from embodied.episodes import GroupCollector
 from embodied.rollout import RolloutCollector
 from embodied.train import build_env
 
@@ -121,3 +122,33 @@ def test_sharded_collector_matches_the_single_process_collector(workers):
                  "last_value"):
         assert torch.equal(getattr(got, name), getattr(want, name)), name
     assert collector.pop_episode_stats() == ref.pop_episode_stats()
+
+
+def test_grouped_collector_matches_the_single_process_one():
+    """GRPO over 3 env workers of 3, 3 and 2 envs, groups of 4 (both groups span two workers):
+    every env's episode is the one embodied/episodes.py's GroupCollector collects with the same
+    policy, group seeds and RNG stream; a group's envs start from one state."""
+    cfg = load_config(None, ["env.task=ReachPoint", "env.num_envs=8", "train.algorithm=grpo", "grpo.group_size=4",
+                             "policy.hidden_sizes=[32,32]", "env.num_threads=1"])
+    env = build_env(cfg.env)
+    ref = GroupCollector(env, build_role_policy(cfg, env.spec, seed=0), 4, seed=3)
+    torch.manual_seed(1)  # RolloutWorker's own stream starts at seed + 1
+    want = ref.collect()
+    env.close()
+    place = placement_from_dict({"env": {"count": 3, "num_cpus": 0.25}})
+    backend = LocalBackend(place)
+    try:
+        collector, _ = build_roles(cfg, place, backend)
+        collector.reset(seed=3)
+        batch = collector.collect()
+    finally:
+        backend.shutdown()
+    got, mask = batch.traj, want.episode_mask
+    assert collector.sizes == [3, 3, 2] and torch.equal(got.episode_mask, mask) and torch.equal(got.group_ids,
+                                                                                                want.group_ids)
+    assert torch.equal(got.obs["state"][0, 4], got.obs["state"][0, 7])  # group 1: workers 1 and 2
+    assert not torch.equal(got.obs["state"][0, 0], got.obs["state"][0, 4])
+    for name in ("log_probs", "rewards", "success"):
+        assert torch.equal(getattr(got, name)[mask], getattr(want, name)[mask]), name
+    assert collector.pop_episode_stats() == ref.pop_episode_stats()
+    assert batch.env_steps == int((want.valid & mask[..., None]).sum())

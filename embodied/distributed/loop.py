@@ -21,6 +21,7 @@ import torch
 from embodied.config import ExperimentConfig
 from embodied.distributed.backend import make_backend
 from embodied.distributed.collect import ShardedCollector
+from embodied.distributed.episodes import GroupedCollector
 from embodied.distributed.placement import Placement, PlacementError
 from embodied.distributed.roles import EnvWorker, LearnerWorker, RolloutWorker
 from embodied.logger import Logger
@@ -40,8 +41,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def build_roles(cfg: ExperimentConfig, placement: Placement, backend: Any) -> tuple[ShardedCollector, list[Any]]:
-    """Env workers, the rollout role and the learner(s) on `backend`; -> (collector, learners)."""
+def build_roles(cfg: ExperimentConfig, placement: Placement, backend: Any) -> tuple[Any, list[Any]]:
+    """Env workers, the rollout role and the learner(s) on `backend`; -> (collector, learners):
+    a ShardedCollector for PPO, a GroupedCollector (whole episodes in groups) for GRPO."""
     sizes = shard_sizes(cfg.env.num_envs, placement.env.count)
     starts = [sum(sizes[:i]) for i in range(len(sizes))]
     threaded = placement.stages > 1
@@ -57,12 +59,17 @@ def build_roles(cfg: ExperimentConfig, placement: Placement, backend: Any) -> tu
     world, master = placement.learner.count, f"127.0.0.1:{free_port()}"
     learners = [backend.create(LearnerWorker, placement.learner, cfg, spec, seed, 1, rank, world, master)
                 for rank in range(world)]
+    if cfg.train.algorithm == "grpo":
+        if placement.stages > 1 or world > 1:
+            raise PlacementError(f"placement: stages {placement.stages}, learner.count {world} with GRPO; allowed: 1 "
+                                 f"and 1 (whole-episode groups are collected in one stage, by one learner)")
+        return GroupedCollector(backend, workers, sizes, rollout, cfg.grpo.group_size, make_worker), learners
     collector = ShardedCollector(backend, workers, sizes, rollout, cfg.ppo.rollout_steps, placement.stages,
                                  make_worker)
     return collector, learners
 
 
-def role_times(backend: Any, collector: ShardedCollector, learners: list[Any], wall: float) -> dict[str, float]:
+def role_times(backend: Any, collector: Any, learners: list[Any], wall: float) -> dict[str, float]:
     """`<role>_busy_seconds`, measured inside each role since the last call (the mean over a
     role's instances: env workers, learners), and `<role>_idle_seconds` = wall - busy, where
     `wall` is the driver's seconds since the last call. Call it when no role call is in flight."""
@@ -80,8 +87,8 @@ def role_times(backend: Any, collector: ShardedCollector, learners: list[Any], w
 def train_roles(cfg: ExperimentConfig, placement: Placement, backend_name: str = "local",
                 iterations: int = 1, log_dir: str | Path | None = None, max_staleness: int = 0) -> dict[str, Any]:
     """Run `iterations` iterations; -> {"weights": the learner's final state_dict, "version": its
-    version, "history": per-iteration stats, "where": pid and node of every role}. PPO only
-    (GRPO's grouped episode collection has no sharded collector yet).
+    version, "history": per-iteration stats, "where": pid and node of every role}. PPO, or GRPO
+    (cfg.train.algorithm; one episode of every env per iteration, envs in groups).
 
     max_staleness 0: synchronous (collect on the newest weights, then update). 1: the update of
     batch i runs while batch i + 1 is collected on the weights before it (one version stale,
@@ -93,8 +100,6 @@ def train_roles(cfg: ExperimentConfig, placement: Placement, backend_name: str =
     With log_dir, each iteration's stats go to TensorBoard there: train/, rollout/ and time/
     (collect, inference, env_wait and update seconds, weight version, staleness, each role's
     busy and idle seconds), at the env steps so far."""
-    if cfg.train.algorithm != "ppo":
-        raise PlacementError(f"train.algorithm: {cfg.train.algorithm!r} with roles; allowed: ppo")
     if max_staleness not in (0, 1):
         raise PlacementError(f"max_staleness: {max_staleness!r}; allowed: 0 (synchronous) or 1")
     backend = make_backend(backend_name, placement)
@@ -103,7 +108,8 @@ def train_roles(cfg: ExperimentConfig, placement: Placement, backend_name: str =
             torch.set_num_threads(cfg.train.torch_threads)
         collector, learners = build_roles(cfg, placement, backend)
         first = collector.reset(seed=cfg.train.seed)
-        backend.get([backend.call(lrn, "observe", first) for lrn in learners])
+        if first is not None:  # GRPO keeps no observation between iterations (train.py does the same)
+            backend.get([backend.call(lrn, "observe", first) for lrn in learners])
         state, version = backend.get(backend.call(learners[0], "weights"))
         collector.set_weights(state, version)
         ask = lambda hs: backend.get([backend.call(h, "where") for h in hs])  # noqa: E731

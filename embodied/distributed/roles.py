@@ -109,6 +109,12 @@ class EnvWorker(Role):
         return obs
 
     @busy
+    def reset_seeds(self, seeds: list[int]) -> Obs:
+        """Reset env i from seeds[i] (GRPO: a group's envs share a seed) -> the first observation."""
+        obs, _ = self.env.reset(seed=list(seeds))
+        return obs
+
+    @busy
     def step(self, actions: torch.Tensor) -> ChunkStepResult:
         """actions float32 [n, K, A] -> this shard's ChunkStepResult ([n, K] rewards / flags)."""
         from embodied.rollout import env_step

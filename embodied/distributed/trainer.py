@@ -31,7 +31,6 @@ import torch
 from embodied.checkpoint import CheckpointError, load_checkpoint
 from embodied.config import ExperimentConfig
 from embodied.distributed.backend import make_backend
-from embodied.distributed.collect import ShardedCollector
 from embodied.distributed.loop import build_roles, role_times
 from embodied.distributed.placement import Placement, placement_from_dict
 from embodied.distributed.roles import build_role_policy
@@ -45,7 +44,7 @@ def placement_of(cfg: ExperimentConfig) -> Placement:
     return placement_from_dict({"preset": raw} if isinstance(raw, str) else raw)
 
 
-def roles_state(backend: Any, collector: ShardedCollector, learners: list[Any]) -> dict[str, Any]:
+def roles_state(backend: Any, collector: Any, learners: list[Any]) -> dict[str, Any]:
     """Every role's state, for a checkpoint (the weights are saved with the policy)."""
     b = backend
     return {"envs": b.get([b.call(w, "state_dict") for w in collector.workers]),
@@ -54,7 +53,7 @@ def roles_state(backend: Any, collector: ShardedCollector, learners: list[Any]) 
             "collector": collector.state_dict()}
 
 
-def load_roles_state(backend: Any, collector: ShardedCollector, learners: list[Any], state: dict[str, Any],
+def load_roles_state(backend: Any, collector: Any, learners: list[Any], state: dict[str, Any],
                      weights: dict[str, torch.Tensor]) -> None:
     """Inverse of roles_state: the roles continue where the checkpoint's run stood."""
     if "envs" not in state:
@@ -104,7 +103,8 @@ def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) ->
             it, env_steps, summary = meta["iteration"], meta["env_steps"], meta.get("summary", {})
         else:
             first = collector.reset(seed=tc.seed)
-            b.get([b.call(lrn, "observe", first) for lrn in learners])
+            if first is not None:  # GRPO keeps no observation between iterations (train.py does the same)
+                b.get([b.call(lrn, "observe", first) for lrn in learners])
         weights, version = b.get(b.call(learners[0], "weights"))
         collector.set_weights(weights, version)
         policy.load_state_dict(weights)

@@ -1,0 +1,151 @@
+"""GRPO's grouped episode collection over env-worker shards: embodied/episodes.py's
+GroupCollector with the envs split over env workers and the policy in the rollout role.
+
+B = num_groups * G envs; group g's G envs are reset from one seed (drawn from the collector's
+own generator, as GroupCollector draws them), wherever their shards are: a group may span two
+env workers and still starts from one initial state. `collect` runs until every env has
+finished one episode; steps after an env's episode ended are padding (episode_mask False).
+Every shard steps every policy step (in parallel on Ray), one stage: episodes end at different
+steps, so there is no fixed schedule to pipeline.
+
+Fault tolerance (backend ray): an env worker whose process died is rebuilt and reset; its envs'
+episodes cannot be finished, so every group with an env on it leaves this batch (a group's
+advantage needs all its members), and the episodes of those groups are counted as dropped.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import torch
+
+from embodied.distributed.collect import RolloutBatch, cat_obs, split_rows, take_envs
+from embodied.rollout import stack_steps, tensor_obs
+from sims.vecenv import ChunkStepResult
+
+
+class GroupedCollector:
+    """The sharded GroupCollector; the same interface as collect.py's ShardedCollector for
+    embodied/distributed/trainer.py and loop.py. make_worker(i) rebuilds shard i (None: no
+    restarts)."""
+
+    def __init__(self, backend: Any, env_workers: list[Any], shard_sizes: list[int], rollout: Any,
+                 group_size: int, make_worker: Callable[[int], Any] | None = None):
+        B = sum(shard_sizes)
+        if group_size < 2 or B % group_size:
+            raise ValueError(f"grpo.group_size: env.num_envs={B} must be a multiple of group_size={group_size} (>= 2)")
+        self.backend, self.workers, self.sizes, self.rollout = backend, env_workers, shard_sizes, rollout
+        self.group_size, self.num_groups, self.make_worker = group_size, B // group_size, make_worker
+        self.starts = [sum(shard_sizes[:i]) for i in range(len(shard_sizes))]
+        self.rng = torch.Generator().manual_seed(0)
+        self.finished: list[tuple[float, int, bool]] = []
+        self.version, self.restarts, self.dropped_episodes = -1, 0, 0
+        self.chunk = 1  # K of the last actions, for a stand-in step of a restarted shard
+        self.on_step: Callable[[int], None] | None = None  # called before each policy step t (tests)
+
+    def reset(self, seed: int) -> None:
+        """Seed the group-seed generator; no observation is kept between calls (-> None)."""
+        self.rng.manual_seed(seed or 0)
+        return None
+
+    def set_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
+        self.version = self.backend.get(self.backend.call(self.rollout, "set_weights", state, version))
+
+    def _step(self, i: int, future: Any, seeds: list[int]) -> tuple[ChunkStepResult, bool]:
+        """Shard i's step result and whether the shard was restarted (then a stand-in step: no
+        valid substeps, every env done, the new worker's first observation)."""
+        try:
+            return self.backend.get(future), False
+        except self.backend.dead_errors:
+            if self.make_worker is None:
+                raise
+        self.restarts += 1
+        self.workers[i] = self.make_worker(i)
+        obs = self.backend.get(self.backend.call(self.workers[i], "reset_seeds", seeds))
+        n, K = self.sizes[i], self.chunk
+        flags = torch.zeros(n, K, dtype=torch.bool)
+        ended = flags.clone()
+        ended[:, -1] = True
+        return ChunkStepResult(obs=obs, reward=torch.zeros(n, K), terminated=ended, truncated=flags,
+                               info={"success": flags}, valid=flags, final_obs=None), True
+
+    @torch.no_grad()
+    def collect(self) -> RolloutBatch:
+        """One episode of every env -> a RolloutBatch (Trajectory [T, B] with group_ids and
+        episode_mask, as GroupCollector returns)."""
+        b, B, G, t0, infer = self.backend, sum(self.sizes), self.group_size, time.perf_counter(), 0.0
+        group_ids = torch.arange(self.num_groups).repeat_interleave(G)  # [B]
+        group_seeds = torch.randint(2**31 - 1, (self.num_groups,), generator=self.rng)
+        seeds = group_seeds[group_ids].tolist()
+        shard_seeds = [seeds[s:s + n] for s, n in zip(self.starts, self.sizes)]
+        obs = cat_obs(b.get([b.call(w, "reset_seeds", sd) for w, sd in zip(self.workers, shard_seeds)]))
+        active, lost = torch.ones(B, dtype=torch.bool), torch.zeros(B, dtype=torch.bool)
+        ret, length, succ = torch.zeros(B), torch.zeros(B, dtype=torch.long), torch.zeros(B, dtype=torch.bool)
+        steps: list[dict[str, Any]] = []
+        env_wait = 0.0
+        while active.any():
+            if self.on_step is not None:
+                self.on_step(len(steps))
+            t = time.perf_counter()
+            out = b.get(b.call(self.rollout, "act", obs))
+            infer += time.perf_counter() - t
+            self.chunk = out.actions.shape[1]
+            futures = [b.call(w, "step", a) for w, a in zip(self.workers, split_rows(out.actions, self.sizes))]
+            t = time.perf_counter()
+            results = []
+            for i, f in enumerate(futures):
+                res, restarted = self._step(i, f, shard_seeds[i])
+                results.append(res)
+                if restarted:
+                    lost[self.starts[i]:self.starts[i] + self.sizes[i]] = True
+            env_wait += time.perf_counter() - t
+            reward, valid = torch.cat([r.reward for r in results]), torch.cat([r.valid for r in results])
+            term, trunc = torch.cat([r.terminated for r in results]), torch.cat([r.truncated for r in results])
+            success = torch.cat([r.info["success"] for r in results]).any(1)
+            done = (term | trunc).any(1)
+            steps.append(dict(
+                obs=tensor_obs(obs), instructions=list(obs.get("instruction", [])), actions=out.actions,
+                log_probs=out.log_prob, values=torch.zeros(B), rewards=reward * valid, valid=valid,
+                terminated=term.any(1), truncated=trunc.any(1) & ~term.any(1), success=success,
+                bootstrap=torch.zeros(B), replay=out.replay, parts=out.log_prob_parts, mask=active & ~lost,
+            ))
+            ret += torch.where(active, (reward * valid).sum(1), torch.zeros(B))
+            length += torch.where(active, valid.sum(1), torch.zeros(B, dtype=torch.long))
+            succ |= active & success
+            active &= ~done & ~lost
+            obs = cat_obs([r.obs for r in results])
+        mask = torch.stack([s.pop("mask") for s in steps])
+        traj = stack_steps(steps, torch.zeros(B), group_ids=group_ids, episode_mask=mask)
+        keep = ~torch.isin(group_ids, group_ids[lost].unique())  # groups with no env on a restarted shard
+        if not keep.all():
+            self.dropped_episodes += int((~keep).sum())
+            rows = keep.nonzero().flatten()
+            traj = take_envs(traj, rows)
+            ret, length, succ = ret[rows], length[rows], succ[rows]
+        self.finished.extend(zip(ret.tolist(), length.tolist(), succ.tolist()))
+        mask = traj.valid & traj.episode_mask[..., None]
+        return RolloutBatch(traj, self.version, int(mask.sum()),
+                            {"collect": time.perf_counter() - t0, "inference": infer, "env_wait": env_wait})
+
+    def pop_episode_stats(self) -> dict[str, float]:
+        """Mean return, length and success of the episodes collected since the last call."""
+        if not self.finished:
+            return {}
+        n, f = len(self.finished), self.finished
+        stats = {"episode_return": sum(x[0] for x in f) / n, "episode_length": sum(x[1] for x in f) / n,
+                 "success_rate": sum(x[2] for x in f) / n, "episodes": float(n)}
+        self.finished = []
+        return stats
+
+    def fault_stats(self) -> dict[str, float]:
+        """Env-worker restarts and episodes dropped with their groups, since the start."""
+        return {"env_worker_restarts": float(self.restarts), "dropped_episodes": float(self.dropped_episodes)}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The group-seed generator and the fault counters (no episode spans two calls)."""
+        return {"rng": self.rng.get_state(), "restarts": self.restarts, "dropped_episodes": self.dropped_episodes}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rng.set_state(state["rng"])
+        self.restarts, self.dropped_episodes = int(state["restarts"]), int(state["dropped_episodes"])
