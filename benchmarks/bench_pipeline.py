@@ -10,7 +10,16 @@ most double the throughput). Modes, all with backend local and the same envs:
     pipelined    the same roles, stages=2: one stage's envs step on their worker's thread
                  while the policy infers for the other stage
 
+--overlap instead measures the one-version-stale schedule (train.max_staleness 1) on Ray
+against the synchronous one: whole iterations (collect, update, weight push) of one env worker,
+the rollout role and the learner as Ray actors on this machine, with ppo.epochs picked so that
+an update takes about as long as a collect (a balanced load, where the overlap can at most
+double the throughput). It reports env steps/s, the CPU seconds per wall second of every
+process in this session (the driver, Ray's own processes and the actors), and each role's busy
+seconds per iteration, measured inside the role.
+
 Usage: python benchmarks/bench_pipeline.py [--envs 64] [--steps 32] [--repeats 3] [--concurrency]
+       python benchmarks/bench_pipeline.py --overlap [--envs 64] [--steps 32] [--iterations 6] [--repeats 3]
 Repeats alternate the modes; the table gives the median of each and the ratios to sync, the
 CPU time this process got per second of wall time while collecting (cpu/wall: on a 2-core
 machine a pipeline can only pay where it is near 2 in pipelined mode), the CPU time per env
@@ -116,6 +125,103 @@ def run_roles(cfg: object, stages: int) -> tuple[float, float, dict[str, float]]
         return batch.env_steps / wall, (cpu_seconds() - c) / wall, batch.seconds
     finally:
         backend.shutdown()
+
+
+def session_cpu_seconds() -> float:
+    """CPU seconds used so far by the processes of this session (Ray's actors stay in it)."""
+    sid, tick, total = os.getsid(0), os.sysconf("SC_CLK_TCK"), 0.0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        if int(fields[3]) == sid:  # session id; utime and stime are fields 14 and 15 of stat
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def iterate(backend: object, collector: object, learners: list, iterations: int, stale: bool) -> dict[str, float]:
+    """train_roles' schedule (embodied/distributed/loop.py) without its logging; -> each
+    role's busy seconds summed over the iterations."""
+    from embodied.distributed.loop import role_times
+
+    b, busy, pending = backend, {}, None
+
+    def finish(futures: list) -> None:
+        b.get(futures)
+        collector.set_weights(*b.get(b.call(learners[0], "weights")))
+        for k, v in role_times(b, collector, learners, 0.0).items():
+            if k.endswith("busy_seconds"):
+                busy[k] = busy.get(k, 0.0) + v
+
+    for _ in range(iterations):
+        batch = collector.collect()
+        if pending is not None:  # stale: the previous update ran during this collect
+            finish(pending)
+        pending = [b.call(lrn, "update", batch.traj) for lrn in learners]
+        if not stale:
+            finish(pending)
+            pending = None
+    if pending is not None:
+        finish(pending)
+    return busy
+
+
+def run_overlap(cfg: object, stale: bool, iterations: int) -> tuple[float, float, dict[str, float]]:
+    """-> (env steps/s, session CPU per wall second, busy seconds per iteration per role) of
+    `iterations` iterations on Ray after one warm-up iteration."""
+    from embodied.distributed.backend import RayBackend
+
+    place = preset("collocated", env_workers=1)
+    backend = RayBackend(place)
+    try:
+        collector, learners = build_roles(cfg, place, backend)
+        first = collector.reset(seed=0)
+        backend.get([backend.call(lrn, "observe", first) for lrn in learners])
+        collector.set_weights(*backend.get(backend.call(learners[0], "weights")))
+        iterate(backend, collector, learners, 1, False)  # warm-up
+        t, c = time.perf_counter(), session_cpu_seconds()
+        busy = iterate(backend, collector, learners, iterations, stale)
+        wall = time.perf_counter() - t
+        steps = iterations * cfg.env.num_envs * cfg.ppo.rollout_steps
+        return steps / wall, (session_cpu_seconds() - c) / wall, {k: v / iterations for k, v in busy.items()}
+    finally:
+        backend.shutdown()
+
+
+def overlap(envs: int, steps: int, iterations: int, repeats: int) -> None:
+    """Print the stale vs synchronous table (see the module doc)."""
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        hidden = 256
+        probe = config(envs, steps, hidden, 1)
+        _, _, busy = run_overlap(probe, False, 2)
+        per_epoch = busy["learner_busy_seconds"] / probe.ppo.epochs
+        collect = busy["env_busy_seconds"] + busy["rollout_busy_seconds"]  # they take turns in a collect
+        epochs = max(1, round(collect / per_epoch))
+        cfg = load_config(None, [f"env.task=PushCube", f"env.num_envs={envs}", f"ppo.rollout_steps={steps}",
+                                 f"policy.hidden_sizes=[{hidden},{hidden}]", "env.num_threads=1",
+                                 f"ppo.epochs={epochs}"])
+        print(f"balanced load: MLP [{hidden},{hidden}], {envs} envs x {steps} steps, ppo.epochs={epochs} "
+              f"(collect {collect:.3f} s busy, update {per_epoch * epochs:.3f} s); load average "
+              f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+        rates: dict[str, list[tuple]] = {"sync": [], "stale": []}
+        for _ in range(repeats):
+            for mode in rates:
+                rates[mode].append(run_overlap(cfg, mode == "stale", iterations))
+        sync = statistics.median(r[0] for r in rates["sync"])
+        print(f"{'mode':<6} {'env steps/s (median)':>21} {'vs sync':>8} {'cpu/wall':>9}  busy s/iteration "
+              f"(env, rollout, learner)  runs")
+        for mode, r in rates.items():
+            med, cpu = statistics.median(x[0] for x in r), statistics.median(x[1] for x in r)
+            busy = [statistics.median(x[2][f"{k}_busy_seconds"] for x in r) for k in ("env", "rollout", "learner")]
+            print(f"{mode:<6} {med:>21.0f} {med / sync:>7.2f}x {cpu:>9.2f}  {', '.join(f'{v:.3f}' for v in busy):<38}"
+                  f"{', '.join(f'{x[0]:.0f}' for x in r)}")
+        print(f"load average after: {os.getloadavg()[0]:.1f}")
+    finally:
+        ray.shutdown()
 
 
 def in_c_calls(fn: object, calls: int, names: tuple[str, ...]) -> float:
@@ -233,7 +339,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2, help="physics and torch threads of the train.py mode")
     ap.add_argument("--concurrency", action="store_true", help="first measure what can run in parallel here")
+    ap.add_argument("--overlap", action="store_true", help="max_staleness 1 vs 0 on Ray instead (module doc)")
+    ap.add_argument("--iterations", type=int, default=6, help="timed iterations per --overlap run")
     args = ap.parse_args()
+    if args.overlap:
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray on 127.0.0.1 only
+        overlap(args.envs, args.steps, args.iterations, args.repeats)
+        return
 
     torch.set_num_threads(1)
     hidden, env_s, inf_s = balance(args.envs // 2, 1)  # one stage: half the batch, one thread
