@@ -130,6 +130,8 @@ def test_bad_input(image_model, tmp_path):
     _one_line(lambda: train_world_model(WorldModelConfig(cameras=["front", "wrist"], **cfg)),
               "dataset", "'wrist'", "front")
     _one_line(lambda: train_world_model(WorldModelConfig(cameras="front", **cfg)), "world_model.cameras")
+    _one_line(lambda: train_world_model(WorldModelConfig(cameras=["front"], init_from=str(path), **{**cfg, "hidden": 32})),
+              "init_from", "hidden")
     _one_line(lambda: make_env(f"wm:{path}", 2, obs_mode="rgb", cameras=["wrist"]), "cameras", "wrist", "front")
     _one_line(lambda: make_env(f"wm:{path}", 2, obs_mode="rgb", image_size=64), "image_size", "32x32")
     env = make_env(f"wm:{path}", 2, obs_mode="rgb")

@@ -39,6 +39,7 @@ class WorldModelConfig:
     uncertainty_lambda: float = 0.1  # reward = reward head - lambda * disagreement
     uncertainty_margin: float = 3.0  # truncate when disagreement > margin * held-out 99th percentile
     max_minutes: float = 60.0  # wall-clock cap on training
+    init_from: str = ""  # a checkpoint to continue from (its weights and normalisation), e.g. with more data
     cameras: list[str] = field(default_factory=list)  # rgb cameras modelled (obs rgb_<cam>); [] = state only
     channels: int = 16  # width of the conv encoder / decoder (with cameras)
     image_weight: float = 1.0  # weight of the pixel MSE in the loss (with cameras)

@@ -1,7 +1,8 @@
 """Training: a multi-step (autoregressive) loss over k-step windows, every member rolling its
 own latent from the encoded first frame; early stopping on the held-out k-step error.
 
-Every member trains on its own bootstrap resample of the windows.
+Every member trains on its own bootstrap resample of the windows. With init_from, training
+continues from a checkpoint's weights and normalisation (e.g. on its data plus new rollouts).
 Loss per window = reconstruction of the first frame + sum over the k steps of the members'
 normalised state error (masked where the episode has no next frame) + reward MSE + BCE of
 the success and done heads. With cameras, the loss adds image_weight times the pixel MSE of
@@ -100,6 +101,19 @@ def _fit_normalizer(model: WorldModel, train: list[Episode]) -> None:
         model.pixel_var.copy_(img.var().clamp(min=1e-6))
 
 
+def _continue_from(model: WorldModel, cfg: WorldModelConfig) -> None:
+    """Start from cfg.init_from's weights and normalisation (the same task and sizes)."""
+    from sims.world_model.checkpoint import load_world_model
+
+    prev, _ = load_world_model(cfg.init_from, cfg.task)
+    sizes = ("privileged_dim", "action_dim", "latent", "hidden", "members", "cameras", "channels", "image_size")
+    bad = [n for n in sizes if getattr(prev.cfg, n) != getattr(cfg, n)]
+    if bad:
+        raise EnvError(f"world_model.init_from: {cfg.init_from} has {bad[0]}={getattr(prev.cfg, bad[0])!r}, "
+                       f"this config {getattr(cfg, bad[0])!r}; continue only a model of the same shape")
+    model.load_state_dict(prev.state_dict())
+
+
 @torch.no_grad()
 def heldout_error(model: WorldModel, w: dict[str, torch.Tensor], frames_: torch.Tensor | None = None) -> float:
     return float(torch.cat([window_loss(model, b)[1] for b in _chunks(w, frames_)]).mean())
@@ -156,7 +170,10 @@ def train_world_model(cfg: WorldModelConfig, log=print) -> tuple[WorldModel, dic
                   obs_keys=["state", "privileged", "instruction"] + [f"rgb_{c}" for c in cfg.cameras])
     train, held = split(episodes, cfg.holdout, cfg.seed)
     model = WorldModel(cfg)
-    _fit_normalizer(model, train)
+    if cfg.init_from:
+        _continue_from(model, cfg)
+    else:
+        _fit_normalizer(model, train)
     wt, wh = windows(train, cfg.horizon_k), windows(held, cfg.horizon_k)
     ft, fh = frames(train), frames(held)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
