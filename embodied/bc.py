@@ -2,7 +2,8 @@
 `python -m embodied.bc DATASET --out DIR`.
 
 DATASET is a LeRobot v3 dataset of `embodied collect` (or any with `action` and the column of
-obs_key: observation.environment_state for privileged, observation.state for state): every committed episode is read, each frame is one
+obs_key: observation.environment_state for privileged, observation.state for state): every
+committed episode is read (or the first `--episodes`), each frame is one
 (observation, action) pair. The policy is a fresh MLPActorCritic on obs_key; its observation
 normaliser takes the dataset's mean and variance (the variance floored at VAR_FLOOR, so that a
 column that never moved in the demos is not blown up by a later change) with the frame count
@@ -34,11 +35,12 @@ from policies.normalizer import RunningNormalizer
 VAR_FLOOR = 1e-4  # (1 cm)^2 for positions: the smallest variance the normaliser divides by
 
 
-def load_pairs(root: str | Path, obs_key: str) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """(observations float32 [N, D], actions float32 [N, A], episodes) of every committed
-    episode; DatasetError (one line) when the dataset has no such column or no episode."""
+def load_pairs(root: str | Path, obs_key: str, episodes: int = 0) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(observations float32 [N, D], actions float32 [N, A], episodes read) of the first
+    `episodes` committed episodes (0: all); DatasetError (one line) when the dataset has no
+    such column or no episode."""
     key, obs, act, n = f"obs.{obs_key}", [], [], 0
-    for ep in read_episodes(root):
+    for ep in read_episodes(root, list(range(episodes)) if episodes else None):
         if key not in ep:
             raise DatasetError(f"{root}: episodes have no {key} (obs_key {obs_key!r}); "
                                f"they have {sorted(k for k in ep if k.startswith('obs.'))}")
@@ -90,6 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description="behaviour cloning of the MLP Gaussian policy on a demo dataset")
     p.add_argument("dataset", help="LeRobot v3 dataset (embodied collect)")
     p.add_argument("--out", required=True, help="save_pretrained directory to write")
+    p.add_argument("--episodes", type=int, default=0, help="the first N episodes only (few-shot); 0: all")
     p.add_argument("--obs-key", default="privileged", choices=("privileged", "state"))
     p.add_argument("--hidden", default="256,256", help="hidden layer sizes, comma-separated")
     p.add_argument("--activation", default="tanh", choices=("tanh", "elu", "relu"))
@@ -106,7 +109,9 @@ def main(argv: list[str] | None = None) -> None:
         p.error(f"--hidden: expected comma-separated integers, got {a.hidden!r}")
     t0 = time.monotonic()
     try:
-        obs, actions, episodes = load_pairs(a.dataset, a.obs_key)
+        if a.episodes < 0:
+            raise ValueError(f"--episodes: {a.episodes} must be >= 0 (0: all)")
+        obs, actions, episodes = load_pairs(a.dataset, a.obs_key, a.episodes)
         policy, fit = behaviour_clone(obs, actions, a.obs_key, hidden, a.activation, a.steps, a.batch_size,
                                       a.lr, a.seed, a.log_std)
     except (DatasetError, ValueError) as e:

@@ -33,6 +33,8 @@ def test_bc_on_collected_demos_then_ppo_policy_starts_from_it(tmp_path):
     collect_demos("Reach", 4, data, seed=0, num_envs=4)
     obs, actions, episodes = load_pairs(data, "privileged")
     assert episodes == 4 and obs.ndim == 2 and actions.shape == (len(obs), 4)
+    first2 = load_pairs(data, "privileged", episodes=2)
+    assert first2[2] == 2 and torch.equal(first2[0], obs[:len(first2[0])]) and len(first2[0]) < len(obs)
     policy, fit = behaviour_clone(obs, actions, steps=400, lr=3e-3, log_std=-1.0)
     base = float(((actions - actions.mean(0)) ** 2).mean())
     assert fit["action_mse"] < 0.2 * base, (fit, base)  # the mean tracks the expert's labels
