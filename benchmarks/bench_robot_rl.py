@@ -8,7 +8,9 @@
 (`embodied robot-sim Reach --image-size 0`) and, with --operator, the scripted operator
 (`embodied robot-operator Reach`), on a loopback-only DDS domain, then runs
 `embodied finetune-robot configs/finetune_reach.yaml` (actor and learner processes) with the
-overrides. Everything it starts is stopped at the end. The curve is run_dir/progress.jsonl."""
+overrides. Everything it starts is stopped at the end. The curve is run_dir/progress.jsonl.
+`plot` also takes finetune run_dirs themselves (e.g. the in-process residual runs of
+configs/finetune_reach_residual.yaml; --ylabel names what was evaluated)."""
 
 from __future__ import annotations
 
@@ -66,7 +68,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def read_progress(out: Path) -> list[dict]:
-    return [json.loads(line) for line in (out / "run" / "progress.jsonl").read_text().splitlines() if line.strip()]
+    """progress.jsonl of a `run` output folder (out/run/) or of a finetune run_dir itself."""
+    path = out / "run" / "progress.jsonl" if (out / "run").is_dir() else out / "progress.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def plot(args: argparse.Namespace) -> int:
@@ -88,7 +92,7 @@ def plot(args: argparse.Namespace) -> int:
         ax2.plot([r["episode"] for r in eps], ivr, "-", label=label)
         print(json.dumps({"run": label, "evals": [(r["episode"], round(r["robot_time_s"] / 60, 2), r["success"]) for r in ev]}))
     ax1.set_xlabel("robot time on the twin (min, training and evaluation)")
-    ax1.set_ylabel("success, held-out seeds (over DDS)")
+    ax1.set_ylabel(args.ylabel)
     ax1.set_ylim(-0.02, 1.02)
     ax1.legend()
     ax2.set_xlabel("training episode")
@@ -117,6 +121,7 @@ def main() -> int:
     pl.add_argument("runs", nargs="+")
     pl.add_argument("--png", required=True)
     pl.add_argument("--title", default="")
+    pl.add_argument("--ylabel", default="success, held-out seeds (over DDS)")
     pl.set_defaults(fn=plot)
     args = p.parse_args()
     return args.fn(args)

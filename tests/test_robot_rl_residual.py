@@ -116,7 +116,7 @@ def test_finetune_robot_runs_a_residual_and_the_learner_rebuilds_it(vla_dir, tmp
 
     for ep in read_episodes(tmp_path / "run" / "online"):
         acted = ~ep["success"].bool() | (ep["action"].abs().sum(-1) > 0)  # not the kept success frame
-        gap = (ep["action"] - ep["base_action"]).abs()[acted]
+        gap = (ep["action"] - ep["base_action"]).abs()[acted & ~ep["intervened"].bool()]  # not the operator's
         assert (gap <= 0.2 + 1e-5).all(), gap.max()
     loaded, episodes = dataset_transitions(tmp_path / "run" / "online", "privileged", residual_scale=0.2)
     assert episodes == [0, 1, 2] and loaded[0]["obs"].shape == (19,) and loaded[0]["action"].abs().max() <= 1
