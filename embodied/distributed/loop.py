@@ -120,7 +120,7 @@ def train_roles(cfg: ExperimentConfig, placement: Placement, backend_name: str =
         role_times(backend, collector, learners, 0.0)  # zero the roles' counters
         t_window = time.perf_counter()
 
-        def finish(futures: list[Any], batch: Any, learner_version: int) -> None:
+        def finish(futures: list[Any], batch: Any, episodes: dict[str, float], learner_version: int) -> None:
             """Wait for an update, push its weights to the rollout role, log the iteration."""
             nonlocal state, version, steps, t_window
             t0 = time.perf_counter()
@@ -133,7 +133,7 @@ def train_roles(cfg: ExperimentConfig, placement: Placement, backend_name: str =
                          staleness=float(learner_version - batch.weight_version),
                          **role_times(backend, collector, learners, now - t_window))
             t_window = time.perf_counter()
-            rollout = {**collector.pop_episode_stats(), **collector.fault_stats()}
+            rollout = {**episodes, **collector.fault_stats()}
             steps += batch.env_steps
             if logger is not None:
                 for section, scalars in (("train", stats), ("rollout", rollout), ("time", times)):
@@ -143,9 +143,10 @@ def train_roles(cfg: ExperimentConfig, placement: Placement, backend_name: str =
         pending = None
         for it in range(iterations):
             batch = collector.collect()
+            episodes = collector.pop_episode_stats()  # the episodes that ended during this collect
             if pending is not None:  # the previous batch's update ran during this collect
                 finish(*pending)
-            pending = ([backend.call(lrn, "update", batch.traj) for lrn in learners], batch, it)
+            pending = ([backend.call(lrn, "update", batch.traj) for lrn in learners], batch, episodes, it)
             if max_staleness == 0:
                 finish(*pending)
                 pending = None

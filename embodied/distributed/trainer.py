@@ -122,12 +122,17 @@ def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) ->
 
         result: EvalResult | None = None
         t_start = time.time()
+        def collect() -> tuple[Any, dict[str, float]]:
+            """A batch and the episodes that ended while collecting it."""
+            got = collector.collect()
+            return got, collector.pop_episode_stats()
+
         role_times(b, collector, learners, 0.0)  # zero the roles' busy counters
         t_window = time.perf_counter()
-        batch = None
+        following = None
         while env_steps < tc.total_steps:
-            if batch is None:  # the first batch, or the first after a drained iteration: on the newest weights
-                batch = collector.collect()
+            # the first batch, or the first after a drained iteration, is collected on the newest weights
+            batch, episodes = following if following is not None else collect()
             staleness = version - batch.weight_version
             futures = [b.call(lrn, "update", batch.traj) for lrn in learners]
             env_steps, it = env_steps + batch.env_steps, it + 1
@@ -135,7 +140,7 @@ def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) ->
             # max_staleness 1: collect the next batch on the current weights while the update runs;
             # a checkpointed (or the last) iteration drains instead, so a checkpoint holds no batch in flight
             overlap = tc.max_staleness == 1 and not last and not (tc.save_every and it % tc.save_every == 0)
-            following = collector.collect() if overlap else None
+            following = collect() if overlap else None
             t1 = time.perf_counter()
             stats = b.get(futures)[0]
             weights, version = b.get(b.call(learners[0], "weights"))
@@ -143,7 +148,7 @@ def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) ->
             policy.load_state_dict(weights)
             t2 = time.perf_counter()
 
-            rollout = {**collector.pop_episode_stats(), **collector.fault_stats()}
+            rollout = {**episodes, **collector.fault_stats()}
             rollout["reward_per_step"] = float(batch.traj.rewards.sum() / max(batch.env_steps, 1))
             times = {f"{k}_seconds": v for k, v in batch.seconds.items()}
             times.update(steps_per_second=batch.env_steps / (t2 - t_window), update_seconds=t2 - t1,
@@ -154,7 +159,6 @@ def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) ->
             logger.log("time", times, env_steps)
             logger.progress(batch.env_steps, rollout_success=rollout.get("success_rate", float("nan")),
                             kl=stats.get("approx_kl", 0.0))
-            batch = following
 
             result = end_iteration(cfg, it, env_steps, policy, eval_env, seeds, logger, summary, roles, result)
             t_window = time.perf_counter()  # evaluation and checkpoints are no role's time
