@@ -16,7 +16,7 @@ the rollout role and the learner as Ray actors on this machine, with ppo.epochs 
 an update takes about as long as a collect (a balanced load, where the overlap can at most
 double the throughput). It reports env steps/s, the CPU seconds per wall second of every
 process in this session (the driver, Ray's own processes and the actors), and each role's busy
-seconds per iteration, measured inside the role.
+seconds per iteration with their CPU seconds, measured inside the role.
 
 Usage: python benchmarks/bench_pipeline.py [--envs 64] [--steps 32] [--repeats 3] [--concurrency]
        python benchmarks/bench_pipeline.py --overlap [--envs 64] [--steps 32] [--iterations 6] [--repeats 3]
@@ -142,7 +142,7 @@ def session_cpu_seconds() -> float:
 
 def iterate(backend: object, collector: object, learners: list, iterations: int, stale: bool) -> dict[str, float]:
     """train_roles' schedule (embodied/distributed/loop.py) without its logging; -> each
-    role's busy seconds summed over the iterations."""
+    role's busy and CPU seconds summed over the iterations."""
     from embodied.distributed.loop import role_times
 
     b, busy, pending = backend, {}, None
@@ -151,7 +151,7 @@ def iterate(backend: object, collector: object, learners: list, iterations: int,
         b.get(futures)
         collector.set_weights(*b.get(b.call(learners[0], "weights")))
         for k, v in role_times(b, collector, learners, 0.0).items():
-            if k.endswith("busy_seconds"):
+            if k.endswith(("busy_seconds", "cpu_seconds")):
                 busy[k] = busy.get(k, 0.0) + v
 
     for _ in range(iterations):
@@ -212,12 +212,14 @@ def overlap(envs: int, steps: int, iterations: int, repeats: int) -> None:
             for mode in rates:
                 rates[mode].append(run_overlap(cfg, mode == "stale", iterations))
         sync = statistics.median(r[0] for r in rates["sync"])
-        print(f"{'mode':<6} {'env steps/s (median)':>21} {'vs sync':>8} {'cpu/wall':>9}  busy s/iteration "
-              f"(env, rollout, learner)  runs")
+        print(f"{'mode':<6} {'env steps/s (median)':>21} {'vs sync':>8} {'cpu/wall':>9}  busy (CPU) s/iteration: "
+              f"env, rollout, learner    runs")
         for mode, r in rates.items():
             med, cpu = statistics.median(x[0] for x in r), statistics.median(x[1] for x in r)
-            busy = [statistics.median(x[2][f"{k}_busy_seconds"] for x in r) for k in ("env", "rollout", "learner")]
-            print(f"{mode:<6} {med:>21.0f} {med / sync:>7.2f}x {cpu:>9.2f}  {', '.join(f'{v:.3f}' for v in busy):<38}"
+            busy = ", ".join(f"{statistics.median(x[2][f'{k}_busy_seconds'] for x in r):.3f} "
+                             f"({statistics.median(x[2][f'{k}_cpu_seconds'] for x in r):.3f})"
+                             for k in ("env", "rollout", "learner"))
+            print(f"{mode:<6} {med:>21.0f} {med / sync:>7.2f}x {cpu:>9.2f}  {busy:<46}"
                   f"{', '.join(f'{x[0]:.0f}' for x in r)}")
         print(f"load average after: {os.getloadavg()[0]:.1f}")
     finally:

@@ -71,16 +71,19 @@ def build_roles(cfg: ExperimentConfig, placement: Placement, backend: Any) -> tu
 
 def role_times(backend: Any, collector: Any, learners: list[Any], wall: float) -> dict[str, float]:
     """`<role>_busy_seconds`, measured inside each role since the last call (the mean over a
-    role's instances: env workers, learners), and `<role>_idle_seconds` = wall - busy, where
-    `wall` is the driver's seconds since the last call. Call it when no role call is in flight."""
+    role's instances: env workers, learners), `<role>_idle_seconds` = wall - busy, where `wall`
+    is the driver's seconds since the last call, and `<role>_cpu_seconds`, the CPU time of its
+    busy calls (below busy when the role waited for a core). Call it when no role call is in
+    flight."""
     b = backend
     asked = {"env": collector.workers, "rollout": [collector.rollout], "learner": learners}
     futures = {name: [b.call(h, "pop_busy_seconds") for h in hs] for name, hs in asked.items()}
     out: dict[str, float] = {}
     for name, fs in futures.items():
-        seconds = b.get(fs)
-        busy_s = sum(seconds) / len(seconds)
+        seconds = b.get(fs)  # (wall, cpu) per instance
+        busy_s, cpu_s = (sum(x[i] for x in seconds) / len(seconds) for i in (0, 1))
         out[f"{name}_busy_seconds"], out[f"{name}_idle_seconds"] = busy_s, wall - busy_s
+        out[f"{name}_cpu_seconds"] = cpu_s
     return out
 
 

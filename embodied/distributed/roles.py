@@ -7,8 +7,8 @@ the roles would otherwise share torch's global generator, and the draws of one w
 the others', so `local` and `ray` would differ.
 
 Each role measures its own busy time: the methods marked `@busy` (env steps, inference, the
-update, weight loads) add their wall seconds to the role's counter, which `pop_busy_seconds()`
-returns and zeroes. The driver asks every role once per iteration; the rest of the iteration's
+update, weight loads) add their wall seconds, and the CPU seconds of the thread that ran them,
+to the role's counters, which `pop_busy_seconds()` returns and zeroes. The driver asks every role once per iteration; the rest of the iteration's
 wall time the role was idle (docs/distributed.md, "Per-role time").
 """
 
@@ -42,15 +42,16 @@ def where() -> dict[str, Any]:
 
 
 def busy(method: Callable) -> Callable:
-    """Count a role method's wall seconds as the role's busy time."""
+    """Count a role method's wall seconds as the role's busy time (and its thread's CPU seconds)."""
 
     @functools.wraps(method)
     def timed(self: "Role", *args: Any, **kwargs: Any) -> Any:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         try:
             return method(self, *args, **kwargs)
         finally:
             self._busy_seconds += time.perf_counter() - t
+            self._cpu_seconds += time.thread_time() - c
 
     return timed
 
@@ -58,15 +59,18 @@ def busy(method: Callable) -> Callable:
 class Role:
     """What every role answers: where it runs, and how long it was busy."""
 
-    _busy_seconds = 0.0
+    _busy_seconds = _cpu_seconds = 0.0
 
     def where(self) -> dict[str, Any]:
         return where()
 
-    def pop_busy_seconds(self) -> float:
-        """Seconds spent in @busy methods since the last call (or since the role was built)."""
-        seconds, self._busy_seconds = self._busy_seconds, 0.0
-        return seconds
+    def pop_busy_seconds(self) -> tuple[float, float]:
+        """(wall, CPU) seconds spent in @busy methods since the last call (or since the role was
+        built). CPU is the calling thread's: all of a role's work when it computes on one thread
+        (torch and the physics on 1 thread, as the roles are built)."""
+        out = (self._busy_seconds, self._cpu_seconds)
+        self._busy_seconds = self._cpu_seconds = 0.0
+        return out
 
 
 class OwnRng:
