@@ -8,8 +8,9 @@ the others', so `local` and `ray` would differ.
 
 Each role measures its own busy time: the methods marked `@busy` (env steps, inference, the
 update, weight loads) add their wall seconds, and the CPU seconds of the thread that ran them,
-to the role's counters, which `pop_busy_seconds()` returns and zeroes. The driver asks every role once per iteration; the rest of the iteration's
-wall time the role was idle (docs/distributed.md, "Per-role time").
+to the role's counters, which `pop_busy_seconds()` returns and zeroes. The driver asks every
+role once per iteration; the rest of the iteration's wall time the role was idle
+(docs/distributed.md, "Per-role time").
 """
 
 from __future__ import annotations
