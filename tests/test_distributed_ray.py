@@ -11,6 +11,7 @@ import torch
 
 from embodied.config import load_config
 from embodied.distributed.backend import make_backend
+from embodied.distributed.episodes import GroupedCollector
 from embodied.distributed.loop import build_roles, train_roles
 from embodied.distributed.placement import placement_from_dict, preset
 from test_distributed_train import TINY as TINY_CLI
@@ -49,6 +50,8 @@ def kill_and_wait(pid: int) -> None:
 
 
 def test_killed_env_worker_is_restarted_and_its_episodes_dropped():
+    """PPO's collector, then GRPO's over the same actors, each with an env worker killed with
+    SIGKILL mid-rollout."""
     cfg = load_config(None, TINY + ["ppo.rollout_steps=16"])
     place = preset("collocated", 2)
     backend = make_backend("ray", place)
@@ -68,39 +71,19 @@ def test_killed_env_worker_is_restarted_and_its_episodes_dropped():
         assert stats["samples"] == 16 * 4
         again = collector.collect()
         assert again.traj.num_envs == 8 and collector.restarts == 1
+        # GRPO's grouped collection over the same actors (one group of 4 envs on each worker):
+        # a worker killed mid-episode takes its whole group out of the batch
+        grouped = GroupedCollector(backend, collector.workers, collector.sizes, collector.rollout, 4,
+                                   collector.make_worker)
+        grouped.reset(seed=0)
+        pid = backend.get(backend.call(grouped.workers[1], "where"))["pid"]
+        grouped.on_step = lambda t: kill_and_wait(pid) if t == 5 else None
+        batch = grouped.collect()
+        assert grouped.fault_stats() == {"env_worker_restarts": 1.0, "dropped_episodes": 4.0}
+        assert batch.traj.group_ids.tolist() == [0, 0, 0, 0] and batch.traj.episode_mask[:5].all()
+        assert grouped.pop_episode_stats()["episodes"] == 4.0
     finally:
         backend.shutdown()
-
-
-def test_grpo_on_ray_equals_local_and_drops_the_groups_of_a_killed_worker():
-    """GRPO over 2 env workers (one group of 4 on each): one collect and update give identical
-    weights on Ray and local; then an env worker killed at step 5 is restarted and its group
-    leaves the batch, the other group trains."""
-    cfg = load_config(None, TINY + ["env.task=ReachPoint", "train.algorithm=grpo", "grpo.group_size=4",
-                                    "grpo.reward=return", "grpo.filter_groups=false"])
-    place = preset("collocated", 2)
-    weights = {}
-    for name in ("local", "ray"):
-        backend = make_backend(name, place)
-        try:
-            collector, learners = build_roles(cfg, place, backend)
-            collector.reset(seed=0)
-            collector.set_weights(*backend.get(backend.call(learners[0], "weights")))
-            backend.get(backend.call(learners[0], "update", collector.collect().traj))
-            weights[name] = backend.get(backend.call(learners[0], "weights"))[0]
-            if name == "local":
-                continue
-            pid = backend.get(backend.call(collector.workers[0], "where"))["pid"]
-            collector.on_step = lambda t: kill_and_wait(pid) if t == 5 else None
-            batch = collector.collect()
-            assert collector.fault_stats() == {"env_worker_restarts": 1.0, "dropped_episodes": 4.0}
-            assert batch.traj.num_envs == 4 and batch.traj.group_ids.tolist() == [1, 1, 1, 1]
-            stats = backend.get(backend.call(learners[0], "update", batch.traj))
-            assert stats["kept_groups"] == 1.0 and stats["samples"] == int(batch.traj.episode_mask.sum())
-        finally:
-            backend.shutdown()
-    for k, v in weights["local"].items():
-        assert torch.equal(v, weights["ray"][k]), k
 
 
 def test_two_ray_learners_equal_one_local_learner():
