@@ -80,7 +80,8 @@ def test_residual_config_and_camera_errors_are_one_line(vla_dir, tmp_path):
         BasePolicy(ResidualConfig(base=str(tmp_path)), 4)
     base = BasePolicy(ResidualConfig(base=str(vla_dir)), 4)
     twin = SimRobot(robot(image_topics={"front": "/front/image_raw"}), SimConfig())
-    with pytest.raises(EnvError, match=r"^residual\.base: the VLA reads 'rgb_wrist'; the robot gives \['rgb_front'\]"):
+    with pytest.raises(EnvError, match=r"^residual\.base: the VLA reads 'rgb_wrist'; "
+                                       r"the robot gives \['rgb_front'\]"):
         base.check(twin.reset()[0])
     twin.close()
     twin = SimRobot(robot(image_size=(64, 64)), SimConfig())
@@ -132,8 +133,9 @@ def test_successes_as_demos_put_a_successful_episode_into_the_demo_buffer(vla_di
     learner = Learner(cfg)
 
     def t(ep: int, step: int, success: bool, intervened: bool = False) -> dict:
-        return {"obs": torch.zeros(19), "action": torch.zeros(4), "reward": float(success), "next_obs": torch.zeros(19),
-                "terminated": float(success), "intervened": float(intervened), "version": 0.0, "episode": ep, "step": step}
+        return {"obs": torch.zeros(19), "action": torch.zeros(4), "reward": float(success),
+                "next_obs": torch.zeros(19), "terminated": float(success), "intervened": float(intervened),
+                "version": 0.0, "episode": ep, "step": step}
 
     for x in [t(0, 0, False), t(0, 1, False), t(1, 0, False), t(1, 1, False, True), t(1, 2, True), t(2, 0, False)]:
         learner._add(x)

@@ -4,7 +4,8 @@ take over from the teleop topic, records every episode (LeRobot v3; a success's 
 one more row) and streams each transition, tagged with the weight version it was acted with,
 to the learner.
 
-Per step: newest weights from the link -> action from the policy (sampled) -> the operator's
+Per step: newest weights from the link -> action from the policy (sampled; with `residual`,
+the frozen VLA's action plus the policy's bounded residual, embodied/robot_rl/residual.py) -> the operator's
 action instead while it is in control (the transition is marked intervened) -> env.step (the
 safety filter, then the command) -> an operator label (labels:) may end the episode -> with
 actor.lockstep, wait for the learner's updates. If no weights came for actor.learner_timeout_s, the learner
@@ -187,7 +188,8 @@ class Actor:
                     steps.append({"obs": res.final_obs, "action": torch.zeros_like(a[0]), "reward": torch.tensor(0.0),
                                   "success": torch.tensor(True), "intervened": False, "version": self.version})
                 if index is not None:
-                    t = {"obs": o[0], "action": r[0], "reward": res.reward[0].float(), "next_obs": self._policy_obs(nxt)[0],
+                    t = {"obs": o[0], "action": r[0], "reward": res.reward[0].float(),
+                         "next_obs": self._policy_obs(nxt)[0],
                          "terminated": float(res.terminated[0]), "intervened": float(manual is not None),
                          "version": float(self.version), "episode": index, "step": step}
                     self.memory.setdefault(index, []).append(t)

@@ -47,7 +47,8 @@ def load_policy(path: str | Path) -> tuple[TanhGaussianActor, int]:
 
 
 def dataset_transitions(root: str | Path, obs_key: str, episodes: list[int] | None = None,
-                        skip: set[int] = frozenset(), residual_scale: float | None = None) -> tuple[list[dict], list[int]]:
+                        skip: set[int] = frozenset(),
+                        residual_scale: float | None = None) -> tuple[list[dict], list[int]]:
     """Transitions of a dataset's committed episodes (all, or `episodes`), leaving out the
     indices in `skip`; the reward is the success flag (the sparse reward the robot gives).
     residual_scale: the run's episodes of a residual on a VLA (embodied/robot_rl/residual.py):

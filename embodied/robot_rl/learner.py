@@ -1,7 +1,8 @@
 """The learner process: SAC (embodied/robot_rl/agent.py) on transitions streamed from the
 actor, weights pushed back every learner.push_every_s, a checkpoint every
 learner.checkpoint_every_s. It starts from the last checkpoint (run_dir/learner.pt) when there
-is one, else from the starting policy (`prepare`: behaviour cloning on a few demonstrations),
+is one, else from the starting policy (`prepare`: behaviour cloning on a few demonstrations, or
+with `residual` a residual that is exactly zero: embodied/robot_rl/residual.py),
 and rebuilds its buffers from disk: the demonstrations, and every episode the actor recorded
 (intervened transitions into the demo buffer too). A hello tells the actor which episodes are
 loaded; the actor re-sends the rest, and (episode, step) keys drop any duplicate.
@@ -65,7 +66,8 @@ def prepare(cfg: FinetuneConfig) -> Path:
             obs = torch.stack([t["obs"] for t in dataset_transitions(cfg.demos, cfg.obs_key)[0]])
         dim = obs.shape[1] if obs is not None else cfg.robot.privileged_dim if cfg.obs_key == "privileged" else 0
         if dim < 1:
-            raise DatasetError("demos: a residual on obs_key 'state' needs demos (the observation's width and statistics)")
+            raise DatasetError("demos: a residual on obs_key 'state' needs demos "
+                               "(the observation's width and statistics)")
         save_policy(path, zero_residual_actor(obs, dim, cfg.robot.action_dim, cfg.sac.hidden), 0, cfg.sac.hidden)
         return path
     if cfg.init.weights:
