@@ -15,8 +15,9 @@ and RL can move the actions at most `scale` away from what the VLA would do.
 What SAC sees: obs = [obs_key (the residual's observation), b] [D + A] and action = r [A]. When
 the operator takes over with action m, the transition's residual is clamp((m - b) / scale, -1, 1)
 (what the residual would have had to be; the operator's action itself is what the robot did).
-The recordings keep b per frame (column `complementary_info.base_action`), so a learner rebuilds its buffer from
-disk: r = clamp((action - b) / scale, -1, 1).
+The recordings keep b per frame (column `complementary_info.base_action`), so a learner
+rebuilds its buffer from disk: r = clamp((action - b) / scale, -1, 1) (where the clamp to
+[-1, 1] cut the action, that is not quite the r that was sampled).
 
 Chunks and the next observation: b_{t+1} is already fixed at step t when it is the next action
 of the same chunk, so the critic's next observation carries the b the actor will really use
