@@ -56,8 +56,9 @@ T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 
 
 # framework -> variant -> settings. The first variant of each is the recommended one.
 VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
-    # our recipe (configs/ppo_<task>.yaml: reward scaling, 5 epochs x 8 minibatches), and
-    # PPOConfig's defaults (no reward scaling, 5 x 4), the recipe before 2026-11-24
+    # our recipe (configs/ppo_<task>.yaml: reward scaling, 5 epochs x 8 minibatches; PickCube's
+    # also no value clip and an initial action std of 1.0), and PPOConfig's defaults (no reward
+    # scaling, 5 x 4), the recipe before 2026-11-24
     "ours": {"recipe": {}, "defaults_5x4": {"ppo.normalize_rewards": False, "ppo.epochs": 5,
                                             "ppo.minibatches": 4}},
     # rl-zoo's practice for many-env continuous control: VecNormalize on observations and
