@@ -7,7 +7,9 @@ committed episode is read (or the first `--episodes`), each frame is one
 (observation, action) pair. The policy is a fresh MLPActorCritic on obs_key; its observation
 normaliser takes the dataset's mean and variance (the variance floored at VAR_FLOOR, so that a
 column that never moved in the demos is not blown up by a later change) with the frame count
-as its count, so that PPO's running updates move it as if it had seen the demos. The loss is
+as its count, so that PPO's running updates move it as if it had seen the demos (`--norm-count`
+gives another count: 1e12 keeps it at the demos' statistics, each PPO update moving it by
+about frames / 1e12). The loss is
 the policy's sft_loss, the Gaussian negative log-likelihood of the labels: the mean and the
 state-independent log std learn together. With `log_std` set, the log std is overwritten
 after training (the exploration noise PPO starts from). The critic stays as initialised.
@@ -55,12 +57,15 @@ def load_pairs(root: str | Path, obs_key: str, episodes: int = 0) -> tuple[torch
 def behaviour_clone(obs: torch.Tensor, actions: torch.Tensor, obs_key: str = "privileged",
                     hidden: tuple[int, ...] = (256, 256), activation: str = "tanh", steps: int = 3000,
                     batch_size: int = 256, lr: float = 1e-3, seed: int = 0,
-                    log_std: float | None = None) -> tuple[MLPActorCritic, dict[str, float]]:
+                    log_std: float | None = None,
+                    norm_count: float | None = None) -> tuple[MLPActorCritic, dict[str, float]]:
     """A fresh MLPActorCritic fitted to (obs [N, D], actions [N, A]) with Adam on minibatches
     of the Gaussian NLL; returns it with the final NLL and the action MSE of its mean over all
-    pairs."""
+    pairs. norm_count: the normaliser's count (default N, the number of pairs)."""
     if steps < 1 or batch_size < 1 or lr <= 0:
         raise ValueError(f"steps, batch_size and lr must be positive, got {steps}, {batch_size}, {lr}")
+    if norm_count is not None and not norm_count >= 1:
+        raise ValueError(f"norm_count: {norm_count} must be >= 1 (or unset: the number of pairs)")
     torch.manual_seed(seed)
     policy = MLPActorCritic(MLPConfig(obs_dim=obs.shape[1], action_dim=actions.shape[1], obs_key=obs_key,
                                       hidden_sizes=list(hidden), activation=activation))
@@ -68,7 +73,7 @@ def behaviour_clone(obs: torch.Tensor, actions: torch.Tensor, obs_key: str = "pr
     if isinstance(norm, RunningNormalizer):
         norm.mean.copy_(obs.mean(0))
         norm.var.copy_(obs.var(0, unbiased=False).clamp_min(VAR_FLOOR))
-        norm.count.fill_(len(obs))
+        norm.count.fill_(len(obs) if norm_count is None else float(norm_count))
     opt = torch.optim.Adam(policy.actor_parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps, eta_min=lr * 0.1)
     g = torch.Generator().manual_seed(seed)
@@ -100,6 +105,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--log-std", type=float, default=None, help="set the log std after training (PPO's start)")
+    p.add_argument("--norm-count", type=float, default=None,
+                   help="the normaliser's count (default: the frame count); 1e12 keeps the demos' statistics under PPO")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     torch.set_num_threads(1)
@@ -113,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
             raise ValueError(f"--episodes: {a.episodes} must be >= 0 (0: all)")
         obs, actions, episodes = load_pairs(a.dataset, a.obs_key, a.episodes)
         policy, fit = behaviour_clone(obs, actions, a.obs_key, hidden, a.activation, a.steps, a.batch_size,
-                                      a.lr, a.seed, a.log_std)
+                                      a.lr, a.seed, a.log_std, a.norm_count)
     except (DatasetError, ValueError) as e:
         raise SystemExit(f"embodied.bc: {e}")
     policy.save_pretrained(a.out)

@@ -1,5 +1,6 @@
 """LIBERO behind the VecEnv contract (sims/libero): shapes, auto-reset, seeded resets, the soft
-reset against LIBERO's hard reset, exact resume, bad input, a dead worker started again once.
+reset against LIBERO's hard reset, exact resume, the dense reward's stages along the scripted
+expert, bad input, a dead worker started again once.
 The scripted expert runs in tests/test_libero_protocol.py, through the evaluation protocol.
 
 Needs .venv-libero (`make libero`; `make test` builds it): without it every test that starts a
@@ -15,6 +16,7 @@ import pytest
 import torch
 
 from sims.libero.env import SIM_START
+from sims.libero.expert import PickPlace
 from sims.libero.proc import WorkerProc, libero_python
 from sims.libero.tasks import SUITES, parse_name
 from sims.registry import make_env
@@ -30,7 +32,7 @@ STEPS = 6  # a short time limit, so that truncation and auto-reset come quickly
 def env():
     if not libero_python().exists():
         pytest.skip(".venv-libero is absent (build it with `make libero`)")
-    e = make_env(TASK, 2, max_episode_steps=STEPS, seed=0)
+    e = make_env(TASK, 2, max_episode_steps=STEPS, seed=0, reward_mode="dense")
     yield e
     e.close()
 
@@ -102,11 +104,40 @@ def test_resume_is_bit_identical(env):
         env.step(a)
     state = env.state_dict()
     acts = _actions(2, 3, seed=2)
-    run_a = [env.step(a).obs["privileged"] for a in acts]
+    run_a = [(r.obs["privileged"], r.reward) for r in map(env.step, acts)]
     env.load_state_dict(state)
-    run_b = [env.step(a).obs["privileged"] for a in acts]
-    for x, y in zip(run_a, run_b):
-        assert torch.equal(x, y)
+    run_b = [(r.obs["privileged"], r.reward) for r in map(env.step, acts)]
+    for (x, rx), (y, ry) in zip(run_a, run_b):
+        assert torch.equal(x, y) and torch.equal(rx, ry)  # the dense reward's potential is restored too
+
+
+@needs_libero
+def test_dense_reward_stages_along_the_expert(env):
+    """The scripted expert, run on env 0's worker: the potential's terms come in the expert's
+    order (reach the rim, grasp, lift, carry over the plate) and the dense rewards sum to the
+    potential's change (shaping by a potential difference)."""
+    wk, expert = env.workers[0], PickPlace()
+    wk.call({"op": "reset", "init": 0, "render": False})
+    phi0 = wk.call({"op": "potential"})["last"]
+    first: dict[str, int] = {}
+    total = 0.0
+    for t in range(120):
+        priv = np.concatenate([wk.state, wk.objects])[None].astype(np.float64)
+        rep = wk.call({"op": "step", "actions": expert(priv).tolist(), "render": False, "dense": True})
+        total += sum(rep["reward"])
+        pot = wk.call({"op": "potential"})
+        terms = pot["terms"]
+        for name, hit in (("reach", terms["reach"] > 0.8), ("grasp", terms["grasp"] == 1.0),
+                          ("lift", terms["lift"] == 1.0 and terms["grasp"] == 1.0),
+                          ("over", terms["over"] > 0.9 and terms["lift"] == 1.0)):
+            if hit:
+                first.setdefault(name, t)
+        if "over" in first:
+            break
+    assert list(first) == ["reach", "grasp", "lift", "over"], first
+    assert first["reach"] < first["grasp"] <= first["lift"] < first["over"], first
+    assert pot["phi"] > 0.9 and abs(total - (pot["last"] - phi0)) < 1e-9 and not any(rep["success"])
+    env.reset(seed=[0, 1])
 
 
 @needs_libero
@@ -138,6 +169,8 @@ def test_bad_input_names_the_field():
     assert parse_name("libero:libero_90") == ("libero_90", None) and SUITES["libero_10"] == (10, 520)
     with pytest.raises(EnvError, match="obs_mode"):
         make_env(TASK, 1, obs_mode="depth")
+    with pytest.raises(EnvError, match="reward_mode: unknown value 'staged'; allowed: sparse, dense"):
+        make_env(TASK, 1, reward_mode="staged")
     with pytest.raises(EnvError, match="cameras: unknown camera 'front'"):
         make_env(TASK, 1, obs_mode="rgb", cameras=("front",))
     with pytest.raises(EnvError, match="env.randomization"):

@@ -10,8 +10,10 @@ observations in shared memory. Observations (B envs):
   "rgb_agentview", "rgb_wrist": uint8 [B, H, W, 3]  upright, with obs_mode="rgb"
   "instruction": list[str] (B)          the task's language (the one LIBERO checkpoints saw)
 Actions: float32 [B, 7], OSC delta pose (6) and gripper (-1 open, +1 close), clipped to [-1, 1],
-at 20 Hz. Reward is sparse: 1 on success (LIBERO's check_success, the BDDL goal), which
-terminates the episode; `truncated` comes at the suite's max steps (counted after 10 settle
+at 20 Hz. Reward (reward_mode): "sparse" (the default), 1 on success (LIBERO's check_success,
+the BDDL goal), which terminates the episode; "dense", that plus the change of a staged potential
+(reach, grasp, lift, carry over the target; sims/libero/worker.py) computed in the worker from the
+sim state, for the pick-and-place goals ("on OBJECT TARGET"); success is the same in both; `truncated` comes at the suite's max steps (counted after 10 settle
 steps). Resets: seed s starts from the task's official init state s mod 50 (layouts="official")
 or from a layout drawn by LIBERO's placement samplers seeded with s (layouts="sampled").
 chunk_step runs the whole chunk inside each worker and renders once, at its end.
@@ -42,6 +44,7 @@ ACTION_DIM = 7
 CAMERAS = {"agentview": "agentview", "wrist": "robot0_eye_in_hand"}  # our name -> LIBERO's
 OBS_MODES = ("state", "rgb")
 LAYOUTS = ("official", "sampled")
+REWARD_MODES = ("sparse", "dense")
 
 
 def _size(value: Any) -> tuple[int, int]:
@@ -53,7 +56,8 @@ def _size(value: Any) -> tuple[int, int]:
 
 class LiberoVecEnv(VecEnv):
     """B LIBERO envs. task: "libero:SUITE/TASK" (TASK: index or name) or "libero:SUITE" (env i
-    runs task i mod n_tasks); a name ending in "@sampled" or "@official" sets `layouts`. obs_mode "state" | "rgb"; cameras: subset of ("agentview",
+    runs task i mod n_tasks); a name ending in "@sampled" or "@official" sets `layouts`. obs_mode
+    "state" | "rgb"; reward_mode "sparse" | "dense" (module doc); cameras: subset of ("agentview",
     "wrist"); image_size (H, W); layouts "official" | "sampled"; seed: the stream of unseeded
     resets; max_episode_steps: default the suite's; settle_steps: no-op steps after each reset;
     start_timeout: seconds for the workers to build their envs. num_threads (env.num_threads of a
@@ -67,7 +71,7 @@ class LiberoVecEnv(VecEnv):
         self.workers: list[WorkerProc] = []
         suite, sub = parse_name(task)
         layouts = split_layouts(task)[1] or layouts
-        for field, value, allowed in (("obs_mode", obs_mode, OBS_MODES), ("reward_mode", reward_mode, ("sparse",)),
+        for field, value, allowed in (("obs_mode", obs_mode, OBS_MODES), ("reward_mode", reward_mode, REWARD_MODES),
                                       ("layouts", layouts, LAYOUTS)):
             if value not in allowed:
                 raise EnvError(f"{field}: unknown value {value!r}; allowed: {', '.join(allowed)}")
@@ -83,6 +87,7 @@ class LiberoVecEnv(VecEnv):
         if steps < 1:
             raise EnvError(f"max_episode_steps: expected a positive int, got {max_episode_steps!r}")
         self.image_size, self.cameras, self.layouts = _size(image_size), cams, layouts
+        self.reward_mode = reward_mode
         self.device = torch.device(device) if device else torch.device("cpu")
         B, (h, w) = int(num_envs), self.image_size
         self._start_timeout = float(start_timeout)
@@ -219,13 +224,16 @@ class LiberoVecEnv(VecEnv):
         T = self.spec.max_episode_steps
         replies, revived = self._exchange(
             {i: {"op": "step", "actions": a[i].tolist(), "limit": int(T - self._elapsed[i]),
-                 "render": bool(self.cameras)} for i in range(B)}, retry=False)
+                 "render": bool(self.cameras), "dense": self.reward_mode == "dense"} for i in range(B)},
+            retry=False)
         success = torch.zeros(B, K, dtype=torch.bool)
+        reward = torch.zeros(B, K)
         term, trunc, valid = (torch.zeros(B, K, dtype=torch.bool) for _ in range(3))
         for i, rep in replies.items():
             n = rep["n"]
             valid[i, :n] = True
             success[i, :n] = torch.tensor(rep["success"], dtype=torch.bool)
+            reward[i, :n] = torch.tensor(rep["reward"]) if "reward" in rep else success[i, :n].float()
             self._elapsed[i] += n
             term[i, n - 1] = bool(rep["success"][-1])
             trunc[i, n - 1] = bool(self._elapsed[i] >= T) and not term[i, n - 1]
@@ -242,7 +250,7 @@ class LiberoVecEnv(VecEnv):
                     final[f"rgb_{cam}"][i] = self._lost[i][2][cam]
             stepped = np.flatnonzero(done.numpy() & ~np.isin(np.arange(B), revived))
             self._reset_ids(stepped, self._draw(len(stepped)))
-        return ChunkStepResult(obs=self._obs(), reward=success.float(), terminated=term, truncated=trunc,
+        return ChunkStepResult(obs=self._obs(), reward=reward, terminated=term, truncated=trunc,
                                info={"success": success}, valid=valid, final_obs=final)
 
     def step(self, action: torch.Tensor) -> StepResult:

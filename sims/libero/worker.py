@@ -24,11 +24,24 @@ Requests:
                                         "hard": true rebuilds the model first, as LIBERO's
                                         default hard_reset does (the reference for the soft one)
   {"op": "reset", "layout_seed": s}     a new layout from LIBERO's placement samplers, seeded
-  {"op": "step", "actions": [[7] x K], "limit": n, "render": bool}
-      -> {"ok": true, "n": executed, "success": [n bools]}: stops after a success or after
-         `limit` steps, whichever comes first
-  {"op": "get_state"} -> {"ok": true, "sim": [D], "warm": [nv], "grip": [g], "timestep": t}
-  {"op": "set_state", "sim": ..., "warm": ..., "grip": ..., "timestep": t, "render": bool}
+  {"op": "step", "actions": [[7] x K], "limit": n, "render": bool, "dense": bool}
+      -> {"ok": true, "n": executed, "success": [n bools], "reward": [n floats] with dense}:
+         stops after a success or after `limit` steps, whichever comes first
+Dense reward (libero_spatial's pick-and-place goals, "on OBJECT TARGET"): success (1) plus the
+change of a staged potential phi in [0, 1] over the step, phi = (reach + grasp + lift + lift *
+over) / 4 from the sim state: reach = 1 - tanh(10 d), d the hand's distance to the object's rim
+grasp points (RIM from the origin in xy, GRASP_Z above it); grasp = both finger pads touch the
+object (robosuite's _check_grasp); lift = the object's rise since the episode started over
+LIFT_FULL, clipped to [0, 1]; over = 1 - tanh(10 x the object's xy distance to the target).
+Shaping by a potential difference sums to phi(last) - phi(first) over an episode, so the policy
+that succeeds is still the best one; phi is part of get_state / set_state.
+  {"op": "get_state"} -> {"ok": true, "sim": [D], "warm": [nv], "grip": [g], "timestep": t,
+                          "phi": p, "z0": z}
+  {"op": "set_state", "sim": ..., "warm": ..., "grip": ..., "timestep": t, "phi": p, "z0": z,
+                      "render": bool}
+  {"op": "potential"} -> {"ok": true, "phi": p, "terms": {reach, grasp, lift, over}, "last": the
+                          potential the last reward used} (a check; step computes it without
+                          the mj_forward that writing the observation does, one substep behind)
   {"op": "quit"}
 Every reply has "ok"; a failed request gets {"ok": false, "reason": "..."} and the worker goes on.
 LIBERO prints to stdout: the real stdout is kept for frames and fd 1 points at stderr.
@@ -49,6 +62,8 @@ import numpy as np
 
 CAMERAS = ("agentview", "robot0_eye_in_hand")  # LIBERO's two cameras
 NOOP = np.array([0, 0, 0, 0, 0, 0, -1], dtype=np.float64)  # the eval scripts' settle action
+RIM, GRASP_Z = 0.052, 0.035  # m: the rim grasp point of a bowl, from its origin (sims/libero/expert.py)
+LIFT_FULL = 0.05  # m: a rise of the object that counts as fully lifted
 
 
 def read_frame(stream: BinaryIO) -> Any | None:
@@ -99,6 +114,7 @@ class Worker:
         self.h, self.w, self.cameras, self.settle = height, width, list(cameras), settle
         self.dim = self.env.get_sim_state().shape[0]
         self.goal_bodies = self._goal_bodies()
+        self.phi, self.z0 = 0.0, 0.0  # dense reward: the last potential, the object's start height
         n_img = len(cameras) * height * width * 3
         self.shm = shared_memory.SharedMemory(create=True, size=56 + self.dim * 8 + max(n_img, 1))
         buf = self.shm.buf
@@ -117,15 +133,38 @@ class Worker:
         env = self.env.env
         goal = env.parsed_problem["goal_state"]
         ids = []
+        self.pick = None  # the goal's first object (a MujocoObject), for the grasp check
         for name in (goal[0][1:3] if goal else []):
             obj = next((o for o in env.obj_body_id if name == o or name.startswith(o + "_")), None)
             if obj is not None:
                 ids.append(env.obj_body_id[obj])
+                if self.pick is None and len(ids) == 1:
+                    self.pick = env.objects_dict.get(obj)
         return ids
+
+    def potential(self) -> tuple[float, dict]:
+        """The dense reward's staged potential phi in [0, 1] of the current sim state, with its
+        terms; 0 when the goal names fewer than two objects."""
+        if len(self.goal_bodies) < 2:
+            return 0.0, {}
+        d, robot = self.env.sim.data, self.env.robots[0]
+        hand = np.asarray(d.site_xpos[robot.eef_site_id])
+        obj, target = np.asarray(d.body_xpos[self.goal_bodies[0]]), np.asarray(d.body_xpos[self.goal_bodies[1]])
+        rim = np.hypot(np.linalg.norm(hand[:2] - obj[:2]) - RIM, hand[2] - obj[2] - GRASP_Z)
+        terms = {"reach": 1.0 - np.tanh(10.0 * rim),
+                 "grasp": float(self.pick is not None and self.env.env._check_grasp(self.gripper, self.pick)),
+                 "lift": float(np.clip((obj[2] - self.z0) / LIFT_FULL, 0.0, 1.0)),
+                 "over": 1.0 - np.tanh(10.0 * np.linalg.norm(obj[:2] - target[:2]))}
+        phi = (terms["reach"] + terms["grasp"] + terms["lift"] + terms["lift"] * terms["over"]) / 4.0
+        return float(phi), terms
 
     @property
     def gripper(self):
         return self.env.robots[0].gripper
+
+    def potential_op(self, req: dict) -> dict:
+        phi, terms = self.potential()
+        return {"ok": True, "phi": phi, "terms": terms, "last": self.phi}
 
     def _write(self, render: bool) -> None:
         """Observation of the current sim state into shared memory. Read from the sim itself (as
@@ -169,32 +208,45 @@ class Worker:
         for _ in range(self.settle):
             self.env.step(NOOP)
         self.env.env.timestep = 0
-        self._write(bool(req.get("render", True)))
+        self._write(bool(req.get("render", True)))  # its mj_forward also serves the potential
+        self.z0 = float(self.env.sim.data.body_xpos[self.goal_bodies[0]][2]) if self.goal_bodies else 0.0
+        self.phi = self.potential()[0]
         return {"ok": True, "success": bool(self.env.check_success())}
 
     def step(self, req: dict) -> dict:
         actions = np.asarray(req["actions"], np.float64).reshape(-1, 7)
         limit = int(req.get("limit", len(actions)))
+        dense = bool(req.get("dense", False))
         success: list[bool] = []
+        reward: list[float] = []
         for a in actions[: max(limit, 0)]:
             _, _, done, _ = self.env.step(a)
             success.append(bool(done))  # LIBERO's done is check_success()
+            if dense:
+                phi = self.potential()[0]
+                reward.append(float(done) + phi - self.phi)
+                self.phi = phi
             if done:
                 break
         if success:
             self._write(bool(req.get("render", True)))
-        return {"ok": True, "n": len(success), "success": success}
+        out = {"ok": True, "n": len(success), "success": success}
+        if dense:
+            out["reward"] = reward
+        return out
 
     def get_state(self, req: dict) -> dict:
         d = self.env.sim.data
         return {"ok": True, "sim": self.env.get_sim_state().tolist(), "warm": np.asarray(d.qacc_warmstart).tolist(),
-                "grip": np.asarray(self.gripper.current_action).tolist(), "timestep": int(self.env.env.timestep)}
+                "grip": np.asarray(self.gripper.current_action).tolist(), "timestep": int(self.env.env.timestep),
+                "phi": self.phi, "z0": self.z0}
 
     def set_state(self, req: dict) -> dict:
         self.gripper.current_action = np.asarray(req["grip"], np.float64)
         self.env.regenerate_obs_from_state(np.asarray(req["sim"], np.float64))
         self.env.sim.data.qacc_warmstart[:] = np.asarray(req["warm"], np.float64)
         self.env.env.timestep = int(req["timestep"])
+        self.phi, self.z0 = float(req.get("phi", 0.0)), float(req.get("z0", 0.0))
         self._write(bool(req.get("render", True)))
         return {"ok": True}
 
@@ -228,7 +280,8 @@ def main() -> None:
     try:
         write_frame(out, worker.info)
         ops = {"reset": worker.reset, "step": worker.step, "get_state": worker.get_state,
-               "set_state": worker.set_state}
+               "set_state": worker.set_state,
+               "potential": worker.potential_op}
         while (req := read_frame(inp)) is not None and req.get("op") != "quit":
             op = ops.get(req.get("op"))
             if op is None:
