@@ -186,10 +186,9 @@ def _check_roles(cfg: ExperimentConfig) -> None:
         place = placement_from_dict({"preset": raw} if isinstance(raw, str) else raw)
     except PlacementError as e:
         raise ConfigError(f"train.{e}") from None
-    if cfg.train.algorithm == "grpo" and (place.stages > 1 or place.learner.count > 1):
-        field, n = ("stages", place.stages) if place.stages > 1 else ("learner.count", place.learner.count)
-        raise ConfigError(f"train.placement.{field}: {n} with train.algorithm=grpo; allowed: 1 (whole-episode "
-                          f"groups are collected in one stage and updated by one learner)")
+    if cfg.train.algorithm == "grpo" and place.learner.count > 1:
+        raise ConfigError(f"train.placement.learner.count: {place.learner.count} with train.algorithm=grpo; "
+                          f"allowed: 1 (GRPO updates on one learner)")
     if place.env.count > cfg.env.num_envs:
         raise ConfigError(f"train.placement.env.count: {place.env.count} env workers for env.num_envs="
                           f"{cfg.env.num_envs}; allowed: at most env.num_envs")

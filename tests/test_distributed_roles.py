@@ -14,6 +14,7 @@ from embodied.distributed.roles import build_role_policy
 from embodied.episodes import GroupCollector
 from embodied.rollout import RolloutCollector
 from embodied.train import build_env
+from policies.base import ActOutput
 
 TINY = ["env.task=PushCube", "env.num_envs=8", "ppo.rollout_steps=8", "ppo.minibatches=2", "ppo.epochs=1",
         "policy.hidden_sizes=[32,32]", "train.torch_threads=1"]
@@ -150,5 +151,55 @@ def test_grouped_collector_matches_the_single_process_one():
     assert not torch.equal(got.obs["state"][0, 0], got.obs["state"][0, 4])
     for name in ("log_probs", "rewards", "success"):
         assert torch.equal(getattr(got, name)[mask], getattr(want, name)[mask]), name
+    assert collector.pop_episode_stats() == ref.pop_episode_stats()
+    assert batch.env_steps == int((want.valid & mask[..., None]).sum())
+
+
+class StagedPolicy:
+    """A policy that infers for rows [0, split) and then [split, B): what a 2-stage collector
+    asks of the rollout role at every step."""
+
+    def __init__(self, policy, split):
+        self.policy, self.split = policy, split
+
+    def act(self, obs):
+        halves = [{k: (v[sl] if torch.is_tensor(v) else v[sl]) for k, v in obs.items()}
+                  for sl in (slice(0, self.split), slice(self.split, None))]
+        outs = [self.policy.act(h) for h in halves]
+        cat = lambda xs: None if xs[0] is None else torch.cat(xs)  # noqa: E731
+        return ActOutput(actions=cat([o.actions for o in outs]), log_prob=cat([o.log_prob for o in outs]),
+                         value=cat([o.value for o in outs]),
+                         replay={k: torch.cat([o.replay[k] for o in outs]) for k in outs[0].replay},
+                         log_prob_parts=cat([o.log_prob_parts for o in outs]))
+
+
+def test_pipelined_grouped_collector_is_group_collector_with_staged_inference():
+    """GRPO with 2 stages (pipelined: each stage's env worker on its thread, steps overlapping
+    the other stage's inference), 12 envs in groups of 4 (group 1 spans the stages): the batch
+    holds every env's episode as GroupCollector collects it when its policy infers for the two
+    stages one after the other (the steps after an episode ended are padding, as there). Episodes end at different steps (one at 27 of 50); the collector's last
+    inference for stage 0, begun before stage 1's last results were in, is discarded."""
+    cfg = load_config(None, ["env.task=Reach", "env.num_envs=12", "train.algorithm=grpo", "grpo.group_size=4",
+                             "policy.hidden_sizes=[32,32]", "policy.init_log_std=0.0", "env.num_threads=1"])
+    env = build_env(cfg.env)
+    ref = GroupCollector(env, StagedPolicy(build_role_policy(cfg, env.spec, seed=0), 6), 4, seed=1)
+    torch.manual_seed(1)  # RolloutWorker's own stream starts at seed + 1
+    want = ref.collect()
+    env.close()
+    place = preset("pipelined", env_workers=2)
+    backend = LocalBackend(place)
+    try:
+        collector, _ = build_roles(cfg, place, backend)
+        collector.reset(seed=1)
+        batch = collector.collect()
+    finally:
+        backend.shutdown()
+    got, mask = batch.traj, want.episode_mask
+    assert collector.stages == 2 and torch.equal(got.episode_mask, mask)
+    assert sorted(mask.sum(0).tolist())[:2] == [27, 50]  # episodes of different lengths
+    assert torch.equal(got.group_ids, want.group_ids)
+    for name in ("actions", "log_probs", "rewards", "valid", "terminated", "success"):
+        assert torch.equal(getattr(got, name)[mask], getattr(want, name)[mask]), name
+    assert torch.equal(got.obs["state"][mask], want.obs["state"][mask])
     assert collector.pop_episode_stats() == ref.pop_episode_stats()
     assert batch.env_steps == int((want.valid & mask[..., None]).sum())

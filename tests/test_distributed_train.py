@@ -48,8 +48,8 @@ def assert_same_weights(a: dict, b: dict) -> None:
     (["train.backend=ray", "train.placement={address: 'ADDR'}"], "placement.address: cannot reach the Ray head"),
     (["train.backend=local", "train.max_staleness=2"], "train.max_staleness: 2; allowed: 0 (synchronous) or 1"),
     (["train.max_staleness=1"], "train.max_staleness: 1 runs over roles; set train.backend or train.placement"),
-    (["train.algorithm=grpo", "grpo.group_size=4", "train.placement=pipelined"],
-     "train.placement.stages: 2 with train.algorithm=grpo; allowed: 1"),
+    (["train.algorithm=grpo", "grpo.group_size=4", "train.backend=ray", "train.placement={learner: {count: 2}}"],
+     "train.placement.learner.count: 2 with train.algorithm=grpo; allowed: 1"),
 ])
 def test_bad_roles_config_is_one_line_before_anything_starts(tmp_path, capsys, overrides, needle):
     if "train.backend=ray" in overrides:
@@ -100,10 +100,11 @@ def test_killed_roles_run_resumes_exactly(tmp_path):
 
 
 def test_grpo_through_roles_resumes_exactly(tmp_path):
-    """`embodied train` with train.algorithm=grpo over 2 env workers, one version stale: a run
-    stopped at its checkpoint and resumed ends with the weights of a whole run."""
+    """`embodied train` with train.algorithm=grpo over 2 env workers in 2 stages (pipelined), one
+    version stale: a run stopped at its checkpoint and resumed ends with the weights of a whole run."""
     args = ["train", *TINY, "env.task=ReachPoint", "train.algorithm=grpo", "grpo.group_size=4", "grpo.reward=return",
-            "grpo.filter_groups=false", "train.backend=local", "train.max_staleness=1", "train.save_every=2"]
+            "grpo.filter_groups=false", "train.backend=local", "train.placement=pipelined", "train.max_staleness=1",
+            "train.save_every=2"]
     assert main([*args, "train.total_steps=384", f"train.run_dir={tmp_path / 'full'}"]) == 0  # 4 x 8 x 12 steps
     assert main([*args, "train.total_steps=192", f"train.run_dir={tmp_path / 'cut'}"]) == 0
     assert main(["train", "--resume", str(tmp_path / "cut"), "train.total_steps=384"]) == 0

@@ -43,6 +43,22 @@ def split_rows(x: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
     return list(torch.split(x, sizes))
 
 
+def merge_stages(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-stage step records -> one record over the whole batch (stages in order)."""
+    out: dict[str, Any] = {}
+    for k, v in parts[0].items():
+        vals = [p[k] for p in parts]
+        if k in ("obs", "replay"):
+            out[k] = {key: torch.cat([x[key] for x in vals]) for key in v}
+        elif k == "instructions":
+            out[k] = [s for x in vals for s in x]
+        elif v is None:
+            out[k] = None
+        else:
+            out[k] = torch.cat(vals)
+    return out
+
+
 @dataclass
 class RolloutBatch:
     """A trajectory with the weight version that produced it and where the time went."""
@@ -178,7 +194,7 @@ class ShardedCollector:
                 pending[s] = (out, [b.call(self.workers[i], "step", a) for i, a in zip(ids, actions)])
         for s in range(self.stages):
             records[s].append(self._finish(s, *pending[s]))
-        steps = [self._merge([records[s][t] for s in range(self.stages)]) for t in range(self.num_steps)]
+        steps = [merge_stages([records[s][t] for s in range(self.stages)]) for t in range(self.num_steps)]
         last = torch.cat([start_value(b.get(b.call(self.rollout, "value", o))) for o in self.obs])
         traj = stack_steps(steps, last)
         if self.lost:  # drop the restarted shards' columns from this iteration
@@ -189,22 +205,6 @@ class ShardedCollector:
         wall = time.perf_counter() - t0
         return RolloutBatch(traj, self.version, int(traj.valid.sum()),
                             {"collect": wall, "inference": infer, "env_wait": self.env_wait})
-
-    @staticmethod
-    def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
-        """Per-stage step records -> one record over the whole batch (stages in order)."""
-        out: dict[str, Any] = {}
-        for k, v in parts[0].items():
-            vals = [p[k] for p in parts]
-            if k in ("obs", "replay"):
-                out[k] = {key: torch.cat([x[key] for x in vals]) for key in v}
-            elif k == "instructions":
-                out[k] = [s for x in vals for s in x]
-            elif v is None:
-                out[k] = None
-            else:
-                out[k] = torch.cat(vals)
-        return out
 
     def _track(self, rows: slice, reward: torch.Tensor, length: torch.Tensor, success: torch.Tensor,
                done: torch.Tensor) -> None:
