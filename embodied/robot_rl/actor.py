@@ -275,6 +275,8 @@ class Actor:
             ended, code = ("e-stop", 0) if estop else (str(e).splitlines()[0], 1)
             log.error("actor: %s", ended) if code else log.warning("actor: e-stop: run ended, episodes recorded")
         finally:
+            self.link.stop_listening()  # a learner that connected as the run ended still gets
+            self._poll_link()  # the episodes it lacks (its hello answered), then the stop
             self.link.send(("stop", ended))
             self.link.close()
             self._progress.close()

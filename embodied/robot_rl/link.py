@@ -64,6 +64,8 @@ class ActorLink:
         self.heard = threading.Event()  # set by every weights or synced message
         self.ever_connected = False
         self.hello = queue.Queue()  # episodes counts of learners that connected
+        self.greeted = threading.Event()  # the current learner's hello has arrived
+        self.listening = True
         self.out: queue.Queue = queue.Queue()
         self.closed = threading.Event()
         threading.Thread(target=self._accept, daemon=True, name="link-accept").start()
@@ -78,15 +80,16 @@ class ActorLink:
             try:
                 conn = self.listener.accept()
             except Exception:  # closed listener, or a client that failed authentication
-                if self.closed.is_set():
+                if self.closed.is_set() or not self.listening:
                     return
                 continue
             with self._lock:
-                if self.closed.is_set():  # the run ended meanwhile: the learner is told by EOF
+                if self.closed.is_set() or not self.listening:  # the run ended meanwhile: EOF tells the learner
                     conn.close()
                     return
                 old, self._conn = self._conn, conn
                 self.ever_connected = True
+                self.greeted.clear()
             if old is not None:
                 old.close()
             log.info("link: learner connected")
@@ -108,6 +111,9 @@ class ActorLink:
                     self.heard.set()
                 elif msg[0] == "hello":
                     self.hello.put(msg[1]["episodes"])
+                    with self._lock:
+                        if self._conn is conn:
+                            self.greeted.set()
         except (EOFError, OSError):
             pass
         self._drop(conn, "learner disconnected")
@@ -137,20 +143,31 @@ class ActorLink:
         if self._conn is not None:
             self.out.put(msg)
 
+    def stop_listening(self, hello_timeout_s: float = 5.0) -> None:
+        """Accept no new learner, and wait (at most hello_timeout_s) for the hello of one that
+        has connected, so that the actor can answer it (re-send the episodes it lacks) before
+        its stop: a learner that connects as the run ends must not miss them."""
+        with self._lock:
+            self.listening = False
+        self.listener.close()
+        if self._conn is not None:
+            self.greeted.wait(hello_timeout_s)
+
     def weights(self) -> tuple[int, dict] | None:
         with self._lock:
             w, self._weights = self._weights, None
             return w
 
     def close(self) -> None:
-        deadline = time.monotonic() + 2.0
+        deadline = time.monotonic() + 10.0
         while not self.out.empty() and self._conn is not None and time.monotonic() < deadline:
             time.sleep(0.01)  # let the last messages (the stop) go out
         time.sleep(0.05)
         with self._lock:
             self.closed.set()
             conn, self._conn = self._conn, None
-        self.listener.close()
+        if self.listening:
+            self.listener.close()
         if conn is not None:
             conn.close()  # a learner reads EOF: the actor is gone
 
