@@ -87,6 +87,7 @@ def test_teleop_config_errors_are_one_line(teleop, match):
     ({"learner": {"pushes": 1}}, r"^learner\.pushes: unknown key; allowed: "),
     ({"sac": {"gamma": 2}}, r"^sac\.gamma: must be in \[0, 1\], got 2$"),
     ({"rund_dir": "x"}, r"^rund_dir: unknown key"),
+    ({"sim": {"reward": "shaped"}}, r"^sim\.reward: unknown 'shaped'; allowed: sparse, dense$"),
 ])
 def test_finetune_config_errors_are_one_line(data, match):
     data = {**data, "robot": {"privileged_topic": "/privileged", "privileged_dim": 15, **data.get("robot", {})}}

@@ -132,6 +132,28 @@ def test_mixed_batch_is_half_demo():
     assert only["demo"].sum().item() == 8
 
 
+def test_replay_keeps_every_row_as_it_grows():
+    r = Replay()
+    for i in range(150):  # past two doublings of the first 64 rows
+        r.add({"obs": torch.full((2,), float(i)), "action": torch.zeros(1), "reward": float(i),
+               "next_obs": torch.zeros(2), "terminated": 0.0, "intervened": 0.0, "version": 0.0})
+    assert len(r) == 150 and r.tensors()["reward"].tolist() == [float(i) for i in range(150)]
+    assert r.tensors()["obs"][149].tolist() == [149.0, 149.0]
+
+
+def test_obs_norm_leaves_a_constant_dim_unscaled_with_min_std():
+    from embodied.robot_rl.networks import ObsNorm
+
+    obs = torch.tensor([[0.0, -1.0], [0.2, -1.0], [0.4, -1.0]])  # dim 1: a gripper command the demos never change
+    old, new = ObsNorm(2), ObsNorm(2)
+    old.set(obs)
+    new.set(obs, min_std=0.01)
+    later = torch.tensor([[0.2, -0.9]])
+    assert old(later)[0].tolist() == pytest.approx([0.0, 10.0])  # 0.1 / 1e-3, clipped at 10
+    assert new(later)[0].tolist() == pytest.approx([0.0, 0.1])
+    assert new.std[0].item() == pytest.approx(0.2)  # the other dims are scaled as before
+
+
 def test_episode_transitions_terminal_and_truncated():
     obs = torch.arange(3.0).reshape(3, 1)
     act = torch.zeros(3, 1)

@@ -33,6 +33,7 @@ class SACConfig:
     backup_entropy: bool = False  # HIL-SERL drops the entropy term from the critic's backup
     demo_fraction: float = 0.5  # RLPD's symmetric sampling: half of each batch from the demos
     bc_weight: float = 0.0  # > 0: add bc_weight * |mean action - a|^2 on demo/intervened rows to the actor loss
+    obs_min_std: float = 0.0  # observation dims whose std over the demos is below this are not scaled (ObsNorm)
 
     def __post_init__(self) -> None:
         bad = {k: v for k, v in (("gamma", self.gamma), ("tau", self.tau), ("demo_fraction", self.demo_fraction))
@@ -69,7 +70,7 @@ class SACAgent:
     def set_obs_stats(self, obs: torch.Tensor) -> None:
         """Normalise observations with the statistics of obs [N, D] (the demonstrations)."""
         for net in (self.actor, self.critic, self.target):
-            net.norm.set(obs)
+            net.norm.set(obs, self.cfg.obs_min_std)
 
     @property
     def alpha(self) -> torch.Tensor:

@@ -68,6 +68,7 @@ class InitConfig:
     SFT'd policy), or a weights file."""
 
     bc_episodes: int = 5
+    demo_episodes: int | None = None  # demos in the demo buffer (None: bc_episodes; 0: all)
     bc_steps: int = 1000
     bc_lr: float = 1e-3
     weights: str | None = None  # a policy.safetensors to start from instead

@@ -48,9 +48,11 @@ def load_policy(path: str | Path) -> tuple[TanhGaussianActor, int]:
 
 def dataset_transitions(root: str | Path, obs_key: str, episodes: list[int] | None = None,
                         skip: set[int] = frozenset(),
-                        residual_scale: float | None = None) -> tuple[list[dict], list[int]]:
+                        residual_scale: float | None = None, reward: str = "success") -> tuple[list[dict], list[int]]:
     """Transitions of a dataset's committed episodes (all, or `episodes`), leaving out the
-    indices in `skip`; the reward is the success flag (the sparse reward the robot gives).
+    indices in `skip`; the reward is the success flag (the sparse reward the robot gives), or
+    with reward="recorded" the dataset's reward column (a twin's dense reward; `embodied
+    collect` records the task's).
     residual_scale: the run's episodes of a residual on a VLA (embodied/robot_rl/residual.py):
     obs is [obs_key, base_action] and the action the residual that explains the executed one.
     Returns (transitions, episode indices read)."""
@@ -70,7 +72,8 @@ def dataset_transitions(root: str | Path, obs_key: str, episodes: list[int] | No
                 raise DatasetError(f"{root}: episodes have no base_action (recorded without residual)")
             base = ep["base_action"].float()
             obs, action = torch.cat([obs, base], -1), residual_of(action, base, residual_scale)
-        ts = episode_transitions(obs, action, success.float(), success, ep.get("intervened"), ep.get("weight_version"))
+        r = ep["reward"].float() if reward == "recorded" else success.float()
+        ts = episode_transitions(obs, action, r, success, ep.get("intervened"), ep.get("weight_version"))
         out += [{**t, "episode": index} for t in ts]
         read.append(index)
     return out, read

@@ -38,16 +38,25 @@ from embodied.robot_rl.residual import zero_residual_actor
 log = logging.getLogger("embodied.robot_rl.learner")
 
 
-def demo_transitions(cfg: FinetuneConfig) -> list[dict]:
-    """The demo buffer's start: the first init.bc_episodes demos (none with residual: the
-    demonstrations carry no base actions; the operator's takeovers fill the demo buffer)."""
+def demo_transitions(cfg: FinetuneConfig, episodes: int | None = None) -> list[dict]:
+    """The first `episodes` demos (default init.bc_episodes, those behaviour cloning reads; 0: all);
+    the demo buffer starts with the first init.demo_episodes (default the same). None with
+    residual: the demonstrations carry no base actions; the operator's takeovers fill the demo
+    buffer."""
     if not cfg.demos or cfg.residual is not None:
         return []
     n = committed_episodes(cfg.demos)
     if n == 0:
         raise DatasetError(f"demos: {cfg.demos} holds no episodes")
-    k = min(cfg.init.bc_episodes, n) if cfg.init.bc_episodes > 0 else n
-    return dataset_transitions(cfg.demos, cfg.obs_key, list(range(k)))[0]
+    want = cfg.init.bc_episodes if episodes is None else episodes
+    k = min(want, n) if want > 0 else n
+    return dataset_transitions(cfg.demos, cfg.obs_key, list(range(k)), reward=reward_source(cfg))[0]
+
+
+def reward_source(cfg: FinetuneConfig) -> str:
+    """What a recorded transition's reward is: the success flag (what a robot gives), or with
+    the in-process twin's dense reward (sim.reward: dense) the recorded reward column."""
+    return "recorded" if cfg.sim is not None and cfg.sim.reward == "dense" else "success"
 
 
 def prepare(cfg: FinetuneConfig) -> Path:
@@ -111,12 +120,14 @@ class Learner:
             for net in (self.agent.critic, self.agent.target):
                 net.norm.load_state_dict(actor.norm.state_dict())
         self.demo, self.online = Replay(), Replay()
-        for t in demo_transitions(self.cfg):
+        demo_k = cfg.init.demo_episodes if cfg.init.demo_episodes is not None else cfg.init.bc_episodes
+        for t in demo_transitions(self.cfg, demo_k):
             self.demo.add(t)
         self.seen: set[tuple[int, int]] = set()
         self._episode, self._pending = -1, []  # learner.successes_as_demos: the current episode's transitions
         scale = cfg.residual.scale if cfg.residual is not None else None
-        loaded, episodes = (dataset_transitions(self.dir / "online", cfg.obs_key, residual_scale=scale)
+        loaded, episodes = (dataset_transitions(self.dir / "online", cfg.obs_key, residual_scale=scale,
+                                                 reward=reward_source(cfg))
                             if (self.dir / "online").exists() else ([], []))
         for t in loaded:
             self._add(t)

@@ -23,10 +23,17 @@ class ObsNorm(nn.Module):
         self.register_buffer("mean", torch.zeros(dim))
         self.register_buffer("std", torch.ones(dim))
 
-    def set(self, obs: torch.Tensor) -> None:
-        """obs [N, D]: the statistics to normalise with (std floored at 1e-3)."""
+    def set(self, obs: torch.Tensor, min_std: float = 0.0) -> None:
+        """obs [N, D]: the statistics to normalise with (std floored at 1e-3). A dim whose std is
+        below min_std is centred but not scaled (std 1): a dim that is (nearly) constant in the
+        data, such as a gripper command the demonstrations never change, would otherwise turn
+        any later change of it into +-10."""
         self.mean.copy_(obs.mean(0))
-        self.std.copy_(obs.std(0).clamp_min(1e-3) if len(obs) > 1 else torch.ones_like(self.std))
+        if len(obs) < 2:
+            self.std.copy_(torch.ones_like(self.std))
+            return
+        std = obs.std(0)
+        self.std.copy_(torch.where(std < min_std, torch.ones_like(std), std.clamp_min(1e-3)))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return ((obs - self.mean) / self.std).clamp(-10.0, 10.0)

@@ -16,28 +16,33 @@ FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "intervened", "ve
 
 
 class Replay:
+    """Rows kept in tensors that double their capacity when full, so that adding a transition
+    costs the same however many there are (a stack of every row per update did not)."""
+
     def __init__(self) -> None:
-        self.rows: dict[str, list[torch.Tensor]] = {k: [] for k in FIELDS}
-        self._cat: dict[str, torch.Tensor] | None = None
+        self._data: dict[str, torch.Tensor] = {}
+        self._n = 0
 
     def __len__(self) -> int:
-        return len(self.rows["reward"])
+        return self._n
 
     def add(self, t: dict[str, Any]) -> None:
-        for k in FIELDS:
-            self.rows[k].append(torch.as_tensor(t[k], dtype=torch.float32))
-        self._cat = None
+        row = {k: torch.as_tensor(t[k], dtype=torch.float32) for k in FIELDS}
+        if not self._data:
+            self._data = {k: torch.empty((64, *v.shape)) for k, v in row.items()}
+        elif self._n == len(self._data["reward"]):
+            self._data = {k: torch.cat([v, torch.empty_like(v)]) for k, v in self._data.items()}
+        for k, v in row.items():
+            self._data[k][self._n] = v
+        self._n += 1
 
     def tensors(self) -> dict[str, torch.Tensor]:
-        if self._cat is None:
-            self._cat = {k: torch.stack(v) for k, v in self.rows.items()}
-        return self._cat
+        return {k: v[:self._n] for k, v in self._data.items()}
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         """n transitions drawn uniformly with replacement."""
-        data = self.tensors()
         idx = torch.randint(len(self), (n,), generator=generator)
-        return {k: v[idx] for k, v in data.items()}
+        return {k: v[idx] for k, v in self._data.items()}
 
 
 def mixed_batch(online: Replay, demo: Replay, n: int, demo_fraction: float,

@@ -6,7 +6,8 @@ the finetuning loop fits in a test (tests/test_robot_rl_learning.py).
 
 What matches `embodied robot-sim TASK` behind RobotEnv: observations "state" [1, 9],
 "privileged" [1, P] and, for each camera named in robot.image_topics, "rgb_<cam>" uint8
-[1, H, W, 3] at robot.image_size; reward = success (sparse), terminated = success, truncated at
+[1, H, W, 3] at robot.image_size; reward = success (sparse; with sim.reward: dense the task's
+shaped reward, which no robot gives), terminated = success, truncated at
 robot.max_episode_steps (a task's failure: truncated at once); the final observation of a finished episode is its last frame and
 the next episode starts inside `step` (auto-reset); `reset(seed)` for held-out seeds.
 Commands pass robot.safety (SafeVecEnv: a refused command becomes a hold, as the simulator must
@@ -33,8 +34,11 @@ class SimConfig:
     window: int = 5  # frames over which the distance to go must shrink by min_progress (m)
     min_progress: float = 0.01
     takeover: int = 5  # frames of one takeover
+    reward: str = "sparse"  # sparse: success (what a robot gives); dense: the task's shaped reward
 
     def __post_init__(self) -> None:
+        if self.reward not in ("sparse", "dense"):
+            raise ValueError(f"sim.reward: unknown {self.reward!r}; allowed: sparse, dense")
         if self.window < 1 or self.takeover < 1 or not self.min_progress >= 0:
             raise ValueError(f"sim.window, sim.takeover: must be >= 1, sim.min_progress >= 0; "
                              f"got {self.window}, {self.takeover}, {self.min_progress}")
@@ -48,7 +52,7 @@ class SimRobot:
         from sims.registry import make_env
 
         cams = tuple(robot.image_topics)  # camera names of the task (front, wrist), rendered at robot.image_size
-        env = make_env(robot.task, 1, obs_mode="rgb" if cams else "state", reward_mode="sparse", num_threads=1,
+        env = make_env(robot.task, 1, obs_mode="rgb" if cams else "state", reward_mode=sim.reward, num_threads=1,
                        seed=sim.seed, max_episode_steps=robot.max_episode_steps, cameras=cams or ("front",),
                        image_size=tuple(robot.image_size))
         if robot.privileged_topic and env.spec.privileged_dim != robot.privileged_dim:
@@ -56,6 +60,7 @@ class SimRobot:
                            f"observation has {env.spec.privileged_dim} values")
         self.env = SafeVecEnv(env, robot.safety or SafetyConfig(action_dim=robot.action_dim))
         self.spec = env.spec
+        self.sparse = sim.reward == "sparse"
         self.safety = self.env.filters[0]
         self.obs: Obs | None = None
         self.new_episode = True  # the newest frame starts an episode
@@ -73,7 +78,8 @@ class SimRobot:
         # episode as truncated (the twin would hold until the time limit)
         success = res.info["success"].bool()
         res.truncated = (res.truncated | res.terminated) & ~success
-        res.reward, res.terminated = success.float(), success
+        res.reward = success.float() if self.sparse else res.reward.float()
+        res.terminated = success
         self.obs, self.new_episode = res.obs, bool(res.done[0])
         return res
 
