@@ -28,11 +28,13 @@ Requests:
       -> {"ok": true, "n": executed, "success": [n bools], "reward": [n floats] with dense}:
          stops after a success or after `limit` steps, whichever comes first
 Dense reward (libero_spatial's pick-and-place goals, "on OBJECT TARGET"): success (1) plus the
-change of a staged potential phi in [0, 1] over the step, phi = (reach + grasp + lift + lift *
-over) / 4 from the sim state: reach = 1 - tanh(10 d), d the hand's distance to the object's rim
-grasp points (RIM from the origin in xy, GRASP_Z above it); grasp = both finger pads touch the
-object (robosuite's _check_grasp); lift = the object's rise since the episode started over
-LIFT_FULL, clipped to [0, 1]; over = 1 - tanh(10 x the object's xy distance to the target).
+change of a staged potential phi in [0, 1] over the step, phi = (reach + max(grasp, over) +
+max(lift, over) + max(lift, over) * over) / 4 from the sim state: reach = 1 - tanh(10 d), d the
+hand's distance to the object's rim grasp points (RIM from the origin in xy, GRASP_Z above it);
+grasp = both finger pads touch the object (robosuite's _check_grasp); lift = the object's rise
+since the episode started over LIFT_FULL, clipped to [0, 1]; over = 1 - tanh(10 x the object's
+xy distance to the target). Once the object is over the target, `over` stands in for grasp and
+lift, so that lowering and releasing it there (the last stage) does not lower phi.
 Shaping by a potential difference sums to phi(last) - phi(first) over an episode, so the policy
 that succeeds is still the best one; phi is part of get_state / set_state.
   {"op": "get_state"} -> {"ok": true, "sim": [D], "warm": [nv], "grip": [g], "timestep": t,
@@ -155,7 +157,9 @@ class Worker:
                  "grasp": float(self.pick is not None and self.env.env._check_grasp(self.gripper, self.pick)),
                  "lift": float(np.clip((obj[2] - self.z0) / LIFT_FULL, 0.0, 1.0)),
                  "over": 1.0 - np.tanh(10.0 * np.linalg.norm(obj[:2] - target[:2]))}
-        phi = (terms["reach"] + terms["grasp"] + terms["lift"] + terms["lift"] * terms["over"]) / 4.0
+        over = terms["over"]
+        lift = max(terms["lift"], over)  # over the target, lowering it is the next stage, not a loss
+        phi = (terms["reach"] + max(terms["grasp"], over) + lift + lift * over) / 4.0
         return float(phi), terms
 
     @property
