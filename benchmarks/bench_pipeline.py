@@ -35,6 +35,9 @@ this session and each in its own (Linux's autogroup scheduling shares the CPUs b
 first). Two threads that run in parallel get about twice the calls of one; two that take turns
 get the same total, on the GIL when their voluntary switches are many, on a CPU share that a
 second thread does not enlarge when they are few.
+
+benchmarks/bench_pipeline_recipe.py measures the same two modes on a training recipe's whole
+iterations (e.g. the PushCube VLA recipe).
 """
 
 from __future__ import annotations
