@@ -10,6 +10,7 @@ camera frames (WorldModelVecEnv.reset_to). With --rounds > 1, Dyna rounds: after
 but the last, --episodes sampled rollouts of the current policy in the simulator (seeds
 2_000_000 + 1000 r + i, apart from the evaluation seeds), with the model's cameras, join the
 model's data, and the model continues from its weights on all of it (bench_world_model_dyna.py).
+With --prime the start policy's rollouts (seeds 2_000_000 + i) join first, before any PPO.
 
   python benchmarks/bench_world_model_vla.py --wm runs/wm_rgb --sft runs/sft_flow/final \\
       --config configs/rl_pushcube_flow_noise.yaml --steps-per-round 51200 --eval-every 8 \\
@@ -91,6 +92,8 @@ def main() -> None:
     p.add_argument("--steps-per-round", type=int, default=51200)
     p.add_argument("--eval-every", type=int, default=8, help="iterations between evaluations")
     p.add_argument("--episodes", type=int, default=64, help="simulator rollouts added per Dyna round")
+    p.add_argument("--prime", action="store_true",
+                   help="before any PPO, the start policy's rollouts join the data and the model continues")
     p.add_argument("--finetune-epochs", type=int, default=2)
     p.add_argument("--finetune-minutes", type=float, default=10.0)
     p.add_argument("--seeds", type=int, default=128)
@@ -134,6 +137,19 @@ def main() -> None:
                       "wm_eval_s": round(time.time() - tw, 1), "wall_seconds": round(time.time() - t0, 1), **extra})
         print(json.dumps(curve[-1]), flush=True)
 
+    def add_rollouts(r: int) -> None:
+        """The current policy's sampled simulator rollouts join the data; the model continues on it."""
+        nonlocal wm
+        meta = {"config": to_dict(cfg), "iteration": it, "env_steps": steps, "summary": {}}
+        ckpt = save_checkpoint(work / f"round{r}" / "checkpoints", f"iter_{it:06d}", policy, {}, meta)
+        rollouts = work / f"round{r}" / "rollouts"
+        shutil.rmtree(rollouts, ignore_errors=True)
+        got = collect_policy_rollouts(ckpt, args.episodes, rollouts, seed=2_000_000 + 1000 * r, **obs_kw)
+        data.append(str(rollouts))
+        wm, summary = continue_model(wm, data, args.finetune_epochs, args.finetune_minutes, work / f"round{r}" / "wm")
+        curve[-1].update(rollout_success=got.get("success_rate"), model=summary)
+        print(json.dumps({"round": r, "rollout_success": got.get("success_rate"), "model": summary}), flush=True)
+
     for r in range(1, args.rounds + 1):
         if r > 1:
             env = WorldModelVecEnv(wm, cfg.env.num_envs, seed=args.seed + r, reward_mode=args.reward_mode, **obs_kw)
@@ -143,6 +159,13 @@ def main() -> None:
             if collector.obs is not None:
                 policy.update_normalizer(collector.obs)
             score({"round": 0, "wm_path": wm})
+            if args.prime:  # the start policy's own rollouts join the data before any PPO
+                env.close()
+                add_rollouts(0)
+                score({"round": 0, "wm_path": wm})
+                env = WorldModelVecEnv(wm, cfg.env.num_envs, seed=args.seed + r, reward_mode=args.reward_mode, **obs_kw)
+                collector, learner = build_algorithm(cfg, env, policy)
+                collector.reset(seed=args.seed + r)
         goal = steps + args.steps_per_round
         while steps < goal:
             tc = time.time()
@@ -159,15 +182,7 @@ def main() -> None:
         env.close()
         if r == args.rounds:
             break
-        meta = {"config": to_dict(cfg), "iteration": it, "env_steps": steps, "summary": {}}
-        ckpt = save_checkpoint(work / f"round{r}" / "checkpoints", f"iter_{it:06d}", policy, {}, meta)
-        rollouts = work / f"round{r}" / "rollouts"
-        shutil.rmtree(rollouts, ignore_errors=True)
-        got = collect_policy_rollouts(ckpt, args.episodes, rollouts, seed=2_000_000 + 1000 * r, **obs_kw)
-        data.append(str(rollouts))
-        wm, summary = continue_model(wm, data, args.finetune_epochs, args.finetune_minutes, work / f"round{r}" / "wm")
-        curve[-1].update(rollout_success=got.get("success_rate"), model=summary)
-        print(json.dumps({"round": r, "rollout_success": got.get("success_rate"), "model": summary}), flush=True)
+        add_rollouts(r)
     result = {"sft": args.sft, "config": args.config, "wm": args.wm, "reward_mode": args.reward_mode,
               "rounds": args.rounds, "steps_per_round": args.steps_per_round, "seeds": args.seeds,
               "overrides": args.set, "curve": curve, "lift_sim": curve[-1]["sim"] - curve[0]["sim"],
