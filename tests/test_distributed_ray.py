@@ -32,17 +32,6 @@ def local_ray():
     ray.shutdown()
 
 
-def test_local_and_ray_backends_give_identical_weights():
-    cfg = load_config(None, TINY)
-    local = train_roles(cfg, preset("collocated", 2), "local", iterations=2)
-    remote = train_roles(cfg, preset("collocated", 2), "ray", iterations=2)
-    assert remote["version"] == local["version"] == 2
-    assert local["where"]["env"][0]["pid"] == os.getpid() != remote["where"]["env"][0]["pid"]
-    for k, v in local["weights"].items():
-        assert torch.equal(v, remote["weights"][k]), k
-    assert local["history"][0]["approx_kl"] == remote["history"][0]["approx_kl"]
-
-
 def kill_and_wait(pid: int) -> None:
     os.kill(pid, signal.SIGKILL)
     while os.path.exists(f"/proc/{pid}") and "zombie" not in open(f"/proc/{pid}/status").read():
@@ -141,9 +130,15 @@ def test_embodied_train_on_ray_resumes_on_local_exactly(tmp_path, capsys):
 
 
 def test_flow_vla_on_ray_equals_local(tmp_path):
+    """Synchronous roles (two pipeline stages, two env workers): backend local runs every role
+    in this process, backend ray in actors, and both end with identical weights."""
     cfg = load_config(None, tiny_flow_vla(tmp_path / "vla"))
     local = train_roles(cfg, preset("pipelined", 2), "local", iterations=2)
     remote = train_roles(cfg, preset("pipelined", 2), "ray", iterations=2)
-    assert remote["version"] == 2 and len({w["pid"] for w in remote["where"]["env"]}) == 2
+    assert remote["version"] == local["version"] == 2
+    assert {w["pid"] for w in local["where"]["env"]} == {os.getpid()}
+    assert os.getpid() not in {w["pid"] for w in remote["where"]["env"]}
+    assert len({w["pid"] for w in remote["where"]["env"]}) == 2
     for k, v in local["weights"].items():
         assert torch.equal(v, remote["weights"][k]), k
+    assert local["history"][0]["approx_kl"] == remote["history"][0]["approx_kl"]

@@ -71,6 +71,15 @@ class RolloutBatch:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
+def episode_stats(finished: list[tuple[float, int, bool]]) -> dict[str, float]:
+    """Mean return, length and success of finished (return, length, success) episodes; {} if none."""
+    if not finished:
+        return {}
+    n = len(finished)
+    return {"episode_return": sum(x[0] for x in finished) / n, "episode_length": sum(x[1] for x in finished) / n,
+            "success_rate": sum(x[2] for x in finished) / n, "episodes": float(n)}
+
+
 def take_envs(traj: Trajectory, rows: slice | torch.Tensor) -> Trajectory:
     """Trajectory [T, B, ...] -> the envs `rows` (a slice or int64 indices) of every field."""
     out: dict[str, Any] = {}
@@ -219,12 +228,7 @@ class ShardedCollector:
 
     def pop_episode_stats(self) -> dict[str, float]:
         """Mean return, length and success of episodes finished since the last call."""
-        if not self.finished:
-            return {}
-        n, f = len(self.finished), self.finished
-        stats = {"episode_return": sum(x[0] for x in f) / n, "episode_length": sum(x[1] for x in f) / n,
-                 "success_rate": sum(x[2] for x in f) / n, "episodes": float(n)}
-        self.finished = []
+        stats, self.finished = episode_stats(self.finished), []
         return stats
 
     def state_dict(self) -> dict[str, Any]:

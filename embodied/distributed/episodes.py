@@ -24,7 +24,8 @@ from typing import Any, Callable
 
 import torch
 
-from embodied.distributed.collect import RolloutBatch, cat_obs, merge_stages, split_rows, take_envs
+from embodied.distributed.collect import (RolloutBatch, cat_obs, episode_stats, merge_stages, split_rows,
+                                          take_envs)
 from embodied.rollout import stack_steps, tensor_obs
 from sims.vecenv import ChunkStepResult, Obs
 
@@ -166,12 +167,7 @@ class GroupedCollector:
 
     def pop_episode_stats(self) -> dict[str, float]:
         """Mean return, length and success of the episodes collected since the last call."""
-        if not self.finished:
-            return {}
-        n, f = len(self.finished), self.finished
-        stats = {"episode_return": sum(x[0] for x in f) / n, "episode_length": sum(x[1] for x in f) / n,
-                 "success_rate": sum(x[2] for x in f) / n, "episodes": float(n)}
-        self.finished = []
+        stats, self.finished = episode_stats(self.finished), []
         return stats
 
     def fault_stats(self) -> dict[str, float]:
