@@ -41,6 +41,14 @@ def test_bc_on_collected_demos_then_ppo_policy_starts_from_it(tmp_path):
     assert torch.allclose(policy.log_std, torch.full_like(policy.log_std, -1.0))
     assert torch.allclose(policy.normalizer.mean, obs.mean(0)) and int(policy.normalizer.count) == len(obs)
 
+    # --norm-count 1e12: PPO's running updates leave the normaliser at the demos' statistics
+    held, _ = behaviour_clone(obs, actions, steps=1, norm_count=1e12)
+    mean = held.normalizer.mean.clone()
+    held.update_normalizer({"privileged": obs + 1.0})
+    assert (held.normalizer.mean - mean).abs().max() < 1e-6
+    with pytest.raises(ValueError, match=r"^norm_count: 0.5 must be >= 1"):
+        behaviour_clone(obs, actions, steps=1, norm_count=0.5)
+
     out = tmp_path / "bc"
     bc_main([str(data), "--out", str(out), "--steps", "50", "--log-std", "-1"])
     spec = EnvSpec(task="Reach", num_envs=2, action_dim=4, state_dim=9, privileged_dim=obs.shape[1],
