@@ -262,6 +262,9 @@ def test_matches_rliable():
     assert stats.optimality_gap(x) == pytest.approx(metrics.aggregate_optimality_gap(x))
     assert stats.probability_of_improvement(x, y) == pytest.approx(metrics.probability_of_improvement(x, y))
 
+    # arch 7 ignores rliable's random_state and draws from numpy's global generator: seed that,
+    # or rliable's intervals differ from run to run (lower PoI bound 0.48-0.51 at 1000 reps)
+    np.random.seed(0)
     reps = 2000
     _, ci = rly.get_interval_estimates({"x": x}, lambda s: np.array([metrics.aggregate_iqm(s)]),
                                        reps=reps, random_state=np.random.RandomState(0))
