@@ -67,11 +67,12 @@ def sim_starts(task: str, seeds: list[int]) -> tuple[torch.Tensor, list[str]]:
 
 
 @torch.no_grad()
-def success_in_sim(policy, task: str, seeds: list[int], batch: int = 64) -> np.ndarray:
+def success_in_sim(policy, task: str, seeds: list[int], batch: int = 64, obs_kw: dict | None = None) -> np.ndarray:
+    """Success [N] of one deterministic episode per seed; obs_kw: make_env's observation kwargs."""
     from embodied.evaluate import evaluate
     from sims.registry import make_env
 
-    env = make_env(task, min(batch, len(seeds)))
+    env = make_env(task, min(batch, len(seeds)), **(obs_kw or {}))
     res = evaluate(policy, env, seeds)
     env.close()
     return np.array(res.successes, dtype=bool)
@@ -79,21 +80,28 @@ def success_in_sim(policy, task: str, seeds: list[int], batch: int = 64) -> np.n
 
 @torch.no_grad()
 def success_in_wm(policy, wm: str, starts: torch.Tensor, instructions: list[str], batch: int = 64,
-                  reward_mode: str = "dense") -> tuple[np.ndarray, np.ndarray]:
+                  reward_mode: str = "dense", images: dict | None = None,
+                  obs_kw: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(success [N], ended by uncertainty truncation [N]) of one deterministic episode from each
-    start; an env counts its first episode only. Success is the success head's, or with
-    reward_mode "task" the task's check on the decoded state."""
+    start (starts [N, P]; images: camera -> [N, ...] first frames of an image model, obs_kw its
+    observation kwargs); an env counts its first episode only. Success is the success head's, or
+    with reward_mode "task" the task's check on the decoded state."""
     from embodied.rollout import env_step
     from sims.world_model.env import WorldModelVecEnv
 
     B = min(batch, len(starts))
-    env = WorldModelVecEnv(wm, B, reward_mode=reward_mode)
+    env = WorldModelVecEnv(wm, B, reward_mode=reward_mode, **(obs_kw or {}))
     succ_all, unc_all = [], []
     for s in range(0, len(starts), B):
-        x, ins = starts[s:s + B], instructions[s:s + B]
-        n = len(x)
-        x = torch.cat([x, x[-1:].expand(B - n, -1)])
-        obs, _ = env.reset_to(x, ins + [ins[-1]] * (B - n))
+        n = len(starts[s:s + B])
+
+        def pad(v):  # the batch's rows, the last repeated up to B
+            v = v[s:s + B]
+            return torch.cat([v, v[-1:].expand(B - n, *v.shape[1:])])
+
+        ins = instructions[s:s + B]
+        kw = {"images": {k: pad(v) for k, v in images.items()}} if images else {}
+        obs, _ = env.reset_to(pad(starts), ins + [ins[-1]] * (B - n), **kw)
         active, succ, unc = (torch.ones(B, dtype=torch.bool), torch.zeros(B, dtype=torch.bool),
                              torch.zeros(B, dtype=torch.bool))
         while active[:n].any():

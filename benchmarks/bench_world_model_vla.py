@@ -25,8 +25,8 @@ import shutil
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
+from bench_world_model import success_in_sim, success_in_wm
 
 
 def sim_starts_rgb(task: str, seeds: list[int], obs_kw: dict) -> tuple[torch.Tensor, list[str], dict]:
@@ -38,49 +38,6 @@ def sim_starts_rgb(task: str, seeds: list[int], obs_kw: dict) -> tuple[torch.Ten
     env.close()
     images = {k: v.clone() for k, v in obs.items() if k.startswith("rgb_")}
     return obs["privileged"].clone(), list(obs["instruction"]), images
-
-
-@torch.no_grad()
-def success_in_sim(policy, task: str, seeds: list[int], obs_kw: dict, batch: int = 64) -> np.ndarray:
-    from embodied.evaluate import evaluate
-    from sims.registry import make_env
-
-    env = make_env(task, min(batch, len(seeds)), **obs_kw)
-    res = evaluate(policy, env, seeds)
-    env.close()
-    return np.array(res.successes, dtype=bool)
-
-
-@torch.no_grad()
-def success_in_wm(policy, wm: str, starts: torch.Tensor, instructions: list[str], images: dict, obs_kw: dict,
-                  reward_mode: str, batch: int = 64) -> tuple[np.ndarray, np.ndarray]:
-    """(success [N], ended by uncertainty truncation [N]) of one deterministic episode per start."""
-    from embodied.rollout import env_step
-    from sims.world_model.env import WorldModelVecEnv
-
-    B = min(batch, len(starts))
-    env = WorldModelVecEnv(wm, B, reward_mode=reward_mode, **obs_kw)
-    succ_all, unc_all = [], []
-    for s in range(0, len(starts), B):
-        n = len(starts[s:s + B])
-
-        def pad(v):
-            v = v[s:s + B]
-            return torch.cat([v, v[-1:].expand(B - n, *v.shape[1:])])
-
-        ins = instructions[s:s + B]
-        obs, _ = env.reset_to(pad(starts), ins + [ins[-1]] * (B - n), images={k: pad(v) for k, v in images.items()})
-        active, succ, unc = (torch.ones(B, dtype=torch.bool), torch.zeros(B, dtype=torch.bool),
-                             torch.zeros(B, dtype=torch.bool))
-        while active[:n].any():
-            res = env_step(env, policy.act(obs, deterministic=True).actions)
-            succ |= active & res.info["success"].any(1)
-            unc |= active & res.info["uncertain"].any(1)
-            active &= ~res.done
-            obs = res.obs
-        succ_all.append(succ[:n].numpy())
-        unc_all.append(unc[:n].numpy())
-    return np.concatenate(succ_all), np.concatenate(unc_all)
 
 
 def main() -> None:
@@ -128,9 +85,9 @@ def main() -> None:
     def score(extra: dict) -> None:
         policy.eval()
         ts = time.time()
-        s = success_in_sim(policy, task, seeds, obs_kw)
+        s = success_in_sim(policy, task, seeds, obs_kw=obs_kw)
         tw = time.time()
-        w, u = success_in_wm(policy, wm, starts, instr, images, obs_kw, args.reward_mode)
+        w, u = success_in_wm(policy, wm, starts, instr, reward_mode=args.reward_mode, images=images, obs_kw=obs_kw)
         policy.train()
         curve.append({"env_steps": steps, "iteration": it, "sim": float(s.mean()), "wm": float(w.mean()),
                       "wm_uncertain": float(u.mean()), "sim_eval_s": round(tw - ts, 1),
