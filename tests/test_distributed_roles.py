@@ -127,6 +127,17 @@ def test_sharded_collector_matches_the_single_process_collector(workers):
     assert collector.pop_episode_stats() == ref.pop_episode_stats()
 
 
+def roles_batch(cfg, place, seed: int):
+    """(collector, batch): one collect() of roles built in this process with placement `place`."""
+    backend = LocalBackend(place)
+    try:
+        collector, _ = build_roles(cfg, place, backend)
+        collector.reset(seed=seed)
+        return collector, collector.collect()
+    finally:
+        backend.shutdown()
+
+
 def test_grouped_collector_matches_the_single_process_one():
     """GRPO over 3 env workers of 3, 3 and 2 envs, groups of 4 (both groups span two workers):
     every env's episode is the one embodied/episodes.py's GroupCollector collects with the same
@@ -138,14 +149,7 @@ def test_grouped_collector_matches_the_single_process_one():
     torch.manual_seed(1)  # RolloutWorker's own stream starts at seed + 1
     want = ref.collect()
     env.close()
-    place = placement_from_dict({"env": {"count": 3, "num_cpus": 0.25}})
-    backend = LocalBackend(place)
-    try:
-        collector, _ = build_roles(cfg, place, backend)
-        collector.reset(seed=3)
-        batch = collector.collect()
-    finally:
-        backend.shutdown()
+    collector, batch = roles_batch(cfg, placement_from_dict({"env": {"count": 3, "num_cpus": 0.25}}), seed=3)
     got, mask = batch.traj, want.episode_mask
     assert collector.sizes == [3, 3, 2] and torch.equal(got.episode_mask, mask) and torch.equal(got.group_ids,
                                                                                                 want.group_ids)
@@ -188,14 +192,7 @@ def test_pipelined_grouped_collector_is_group_collector_with_staged_inference():
     torch.manual_seed(1)  # RolloutWorker's own stream starts at seed + 1
     want = ref.collect()
     env.close()
-    place = preset("pipelined", env_workers=2)
-    backend = LocalBackend(place)
-    try:
-        collector, _ = build_roles(cfg, place, backend)
-        collector.reset(seed=1)
-        batch = collector.collect()
-    finally:
-        backend.shutdown()
+    collector, batch = roles_batch(cfg, preset("pipelined", env_workers=2), seed=1)
     got, mask = batch.traj, want.episode_mask
     assert collector.stages == 2 and torch.equal(got.episode_mask, mask)
     assert sorted(mask.sum(0).tolist())[:2] == [27, 50]  # episodes of different lengths
