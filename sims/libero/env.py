@@ -13,8 +13,8 @@ Actions: float32 [B, 7], OSC delta pose (6) and gripper (-1 open, +1 close), cli
 at 20 Hz. Reward (reward_mode): "sparse" (the default), 1 on success (LIBERO's check_success,
 the BDDL goal), which terminates the episode; "dense", that plus the change of a staged potential
 (reach, grasp, lift, carry over the target; sims/libero/worker.py) computed in the worker from the
-sim state, for the pick-and-place goals ("on OBJECT TARGET"); success is the same in both; `truncated` comes at the suite's max steps (counted after 10 settle
-steps). Resets: seed s starts from the task's official init state s mod 50 (layouts="official")
+sim state, for the pick-and-place goals ("on OBJECT TARGET"); success is the same in both.
+`truncated` comes at the suite's max steps (counted after 10 settle steps). Resets: seed s starts from the task's official init state s mod 50 (layouts="official")
 or from a layout drawn by LIBERO's placement samplers seeded with s (layouts="sampled").
 chunk_step runs the whole chunk inside each worker and renders once, at its end.
 A worker that dies is started again once per env (a RuntimeWarning names it); its episode ends
