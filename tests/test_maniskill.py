@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from embodied.collect import collect_demos
+from embodied.dataset_read import read_episodes
 from sims.maniskill.tasks import TASKS
 from sims.registry import make_env
 from test_sims_contract import _one_line_error
@@ -69,6 +70,12 @@ def test_expert_demos_through_collect(task, tmp_path):
     summary = collect_demos(task, 10, tmp_path / "demos", seed=0, only_success=True)
     assert summary["episodes"] == 10
     assert summary["expert_success_rate"] >= 0.9, summary
+    # The dense reward RL trains on (the default): P(s') - P(s) + 1[success], P being ManiSkill's
+    # normalised dense reward in [0, 1], 1 on success. A successful episode ends at its first
+    # success step, so it returns P(last) - P(first) + 1 = 2 - P(first): at least 1 (exactly 1
+    # where a PickCube goal is drawn at the cube and the episode starts in the success state).
+    returns = [float(ep["reward"].sum()) for ep in read_episodes(tmp_path / "demos")]
+    assert len(returns) == 10 and min(returns) >= 1.0 - 1e-4 and max(returns) <= 2.0 + 1e-4, returns
 
 
 def test_bad_input():
