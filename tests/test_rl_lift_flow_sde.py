@@ -2,7 +2,7 @@
 ReachPoint, from pixels.
 
 configs/lift_point_flow_sde.yaml with seed 0 (tests/rl_lift.py): the demos and SFT of
-tests/test_rl_lift_grpo.py (built once per session), then 24k env steps with Flow-SDE
+tests/test_rl_lift_grpo.py (built once per session), then 16k env steps with Flow-SDE
 exploration (one stochastic denoising step per chunk, a = 0.5; its log-probability is the
 Gaussian transition of that step) and the clipped-ratio update on group-relative advantages.
 The advantages come from groups rather than a critic because on this task PPO's critic gave no
@@ -10,11 +10,12 @@ lift at this budget with either exploration (docs/rl.md, "Why the small checks u
 advantages"); the mechanism under test is Flow-SDE's likelihood in the clipped update.
 
 The threshold sits below the worst of 5 seeds of `benchmarks/bench_learning_tests.py
-lift_point_flow_sde` (2026-11-24, 2-core AMD EPYC machine; docs/benchmarks.md, "Learning
-tests"): SFT -> last two, per seed 0-4: 0.09 -> 0.33, 0.11 -> 0.33, 0.09 -> 0.37, 0.09 -> 0.32,
-0.09 -> 0.26; lifts +0.234, +0.219, +0.273, +0.227, +0.164 (worst +0.16, mean +0.22). Seed 0,
-the test's, gave +0.23 in 2.0 min with the machine otherwise idle. The threshold, +0.08, is
-half the worst: other CPUs give other numbers for the same seed.
+lift_point_flow_sde` (2026-11-24, 2-core AMD EPYC machine, commit 79b1989 with the 16k budget;
+docs/benchmarks.md, "Learning tests"): SFT -> last two, per seed 0-4: 0.09 -> 0.25,
+0.11 -> 0.27, 0.09 -> 0.27, 0.09 -> 0.26, 0.09 -> 0.22; lifts +0.156, +0.156, +0.180, +0.164,
++0.125 (worst +0.12, mean +0.16). Seed 0, the test's, gave +0.16. The threshold, +0.06, is
+half the worst: other CPUs give other numbers for the same seed. (At 24k env steps the lifts were
++0.16 to +0.27; the budget was cut for the suite's time.)
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from rl_lift import lift, sparse_eval
 
 @pytest.mark.slow
 def test_flow_sde_lifts_an_imitation_of_a_slow_demonstrator(build_once, tmp_path):
-    # evaluated at iterations 28, 56 and the last (63): where the config's last two evaluations fall
-    out = lift("lift_point_flow_sde", 0, tmp_path, build_once, overrides=sparse_eval(28))
+    # evaluated at iteration 40 and the last (43): where the config's last two evaluations fall
+    out = lift("lift_point_flow_sde", 0, tmp_path, build_once, overrides=sparse_eval(40))
     assert out["before"] < 0.5 and len(out["curve"]) >= 3
-    assert out["lift"] >= 0.08, out
+    assert out["lift"] >= 0.06, out
