@@ -124,7 +124,7 @@ class TrainConfig:
     # setting either runs env workers, rollout and learner as roles (backend null means local).
     backend: Literal["local", "ray"] | None = None
     placement: str | dict[str, Any] | None = None  # a preset name, or {preset, env, rollout, learner, stages, address}
-    max_staleness: int = 0  # roles only: 1 collects batch i + 1 while the learner updates on batch i
+    max_staleness: int = 0  # roles only: k collects up to k batches ahead while the learner updates
 
 
 @dataclass
@@ -171,12 +171,13 @@ def _check_roles(cfg: ExperimentConfig) -> None:
     """train.backend / train.placement: what can be checked without this machine or a cluster
     (preset, fields, counts, stages, algorithm); resources and the address are checked when
     training starts (embodied/distributed/trainer.py). One-line ConfigError."""
-    if cfg.train.max_staleness not in (0, 1):
-        raise ConfigError(f"train.max_staleness: {cfg.train.max_staleness!r}; allowed: 0 (synchronous) or 1 "
-                          f"(collect the next batch during the update)")
+    k = cfg.train.max_staleness
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise ConfigError(f"train.max_staleness: {k!r}; allowed: an integer >= 0 (0: synchronous; k: collect up "
+                          f"to k batches ahead during the update)")
     if cfg.train.backend is None and cfg.train.placement is None:
-        if cfg.train.max_staleness:
-            raise ConfigError("train.max_staleness: 1 runs over roles; set train.backend or train.placement "
+        if k:
+            raise ConfigError(f"train.max_staleness: {k} runs over roles; set train.backend or train.placement "
                               "(the single-process loop is synchronous)")
         return
     from embodied.distributed.placement import PlacementError, placement_from_dict

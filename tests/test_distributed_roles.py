@@ -80,17 +80,20 @@ def test_local_roles_are_deterministic_and_seeded(tmp_path):
         assert [e.step for e in events.Scalars(tag)] == [64, 128], tag  # 8 envs x 8 steps per iteration
 
 
-def test_one_version_stale_schedule():
+def test_stale_schedules():
+    """max_staleness k: batch i is collected on version max(0, i - k) (each update pushes its own
+    weights, even with several in flight) and the history logs it."""
     cfg = load_config(None, TINY)
-    sync = train_roles(cfg, preset("collocated", 1), "local", iterations=3)
-    stale = train_roles(cfg, preset("collocated", 1), "local", iterations=3, max_staleness=1)
-    assert [h["staleness"] for h in sync["history"]] == [0, 0, 0]
-    assert [h["staleness"] for h in stale["history"]] == [0, 1, 1]
-    assert [h["weight_version"] for h in stale["history"]] == [0, 0, 1]
-    assert stale["version"] == 3
-    assert not torch.equal(sync["weights"]["actor.0.weight"], stale["weights"]["actor.0.weight"])
-    with pytest.raises(PlacementError, match="max_staleness: 2; allowed: 0"):
-        train_roles(cfg, preset("collocated", 1), "local", max_staleness=2)
+    runs = {k: train_roles(cfg, preset("collocated", 1), "local", iterations=4, max_staleness=k) for k in (0, 1, 2)}
+    for k, run in runs.items():
+        assert [h["staleness"] for h in run["history"]] == [min(i, k) for i in range(4)], k
+        assert [h["weight_version"] for h in run["history"]] == [max(0, i - k) for i in range(4)], k
+        assert run["version"] == 4
+    w = {k: run["weights"]["actor.0.weight"] for k, run in runs.items()}
+    assert not torch.equal(w[0], w[1]) and not torch.equal(w[1], w[2])
+    for bad in (-1, 1.5, True):
+        with pytest.raises(PlacementError, match=f"max_staleness: {bad!r}; allowed: an integer >= 0"):
+            train_roles(cfg, preset("collocated", 1), "local", max_staleness=bad)
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from embodied.cli import main
 from embodied.config import load_config
@@ -46,7 +47,7 @@ def assert_same_weights(a: dict, b: dict) -> None:
     (["train.placement={learner: {count: 2}}"], "train.placement.learner.count: 2 with backend local"),
     (["train.placement={address: auto}"], "train.placement.address: 'auto' joins a Ray cluster"),
     (["train.backend=ray", "train.placement={address: 'ADDR'}"], "placement.address: cannot reach the Ray head"),
-    (["train.backend=local", "train.max_staleness=2"], "train.max_staleness: 2; allowed: 0 (synchronous) or 1"),
+    (["train.backend=local", "train.max_staleness=-1"], "train.max_staleness: -1; allowed: an integer >= 0"),
     (["train.max_staleness=1"], "train.max_staleness: 1 runs over roles; set train.backend or train.placement"),
     (["train.algorithm=grpo", "grpo.group_size=4", "train.backend=ray", "train.placement={learner: {count: 2}}"],
      "train.placement.learner.count: 2 with train.algorithm=grpo; allowed: 1"),
@@ -110,6 +111,20 @@ def test_grpo_through_roles_resumes_exactly(tmp_path):
     assert main(["train", "--resume", str(tmp_path / "cut"), "train.total_steps=384"]) == 0
     assert (tmp_path / "cut" / "checkpoints" / "latest").read_text().strip() == "iter_000004"
     assert_same_weights(final_weights(tmp_path / "full"), final_weights(tmp_path / "cut"))
+
+
+def test_two_versions_stale_run_resumes_exactly(tmp_path):
+    """`embodied train` with train.max_staleness=2 collects up to two batches ahead (staleness 0,
+    1, 2 logged) and drains at its checkpoint (iteration 3), so a run stopped there and resumed
+    ends with the weights of a whole run."""
+    args = ["train", *TINY, "train.backend=local", "train.max_staleness=2", "train.save_every=3"]
+    assert main([*args, "train.total_steps=384", f"train.run_dir={tmp_path / 'full'}"]) == 0  # 6 x 64 steps
+    assert main([*args, "train.total_steps=192", f"train.run_dir={tmp_path / 'cut'}"]) == 0
+    assert main(["train", "--resume", str(tmp_path / "cut"), "train.total_steps=384"]) == 0
+    assert_same_weights(final_weights(tmp_path / "full"), final_weights(tmp_path / "cut"))
+    events = EventAccumulator(str(tmp_path / "full" / "tb"))
+    events.Reload()
+    assert [e.value for e in events.Scalars("time/staleness")] == [0, 1, 2, 0, 1, 2]
 
 
 def tiny_flow_vla(path: Path) -> list[str]:

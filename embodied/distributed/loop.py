@@ -3,7 +3,7 @@ the learner(s), push the new weights (with their version) to the rollout role. T
 runs with `backend: local` (one process) and `backend: ray` (actors); with a fixed seed both
 give identical weights (tests/test_distributed_roles.py).
 
-`train_roles` is the Python API (a fixed number of iterations, optionally one version stale);
+`train_roles` is the Python API (a fixed number of iterations, optionally up to k versions stale);
 `embodied train` with train.backend / train.placement runs embodied/distributed/trainer.py,
 train.py's loop with evaluation, checkpoints and exact resume over the same roles.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import socket
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -94,18 +95,21 @@ def train_roles(cfg: ExperimentConfig, placement: Placement, backend_name: str =
     version, "history": per-iteration stats, "where": pid and node of every role}. PPO, or GRPO
     (cfg.train.algorithm; one episode of every env per iteration, envs in groups).
 
-    max_staleness 0: synchronous (collect on the newest weights, then update). 1: the update of
-    batch i runs while batch i + 1 is collected on the weights before it (one version stale,
-    `staleness` in the history); PPO's ratio is then taken against the stale behaviour policy's
-    log-probs (importance-corrected by the clip), or against the learner's own recomputed ones
-    with ppo.recompute_log_probs. On Ray the two overlap; `local` runs the same schedule one
-    call after the other, so both backends give the same weights.
+    max_staleness k = 0: synchronous (collect on the newest weights, then update). k >= 1: batch
+    i is collected on weights of version >= i - k while the updates of the batches before it
+    run (1: batch i + 1 during the update on batch i; `staleness` and `weight_version` in the
+    history); PPO's ratio is then taken against the stale behaviour policy's log-probs
+    (importance-corrected by the clip), or against the learner's own recomputed ones with
+    ppo.recompute_log_probs. Each update's weights are asked for right after it (an actor runs
+    its calls in order), so update j always pushes version j + 1. On Ray collection and updates
+    overlap; `local` runs the same schedule one call after the other, so both backends give the
+    same weights.
 
     With log_dir, each iteration's stats go to TensorBoard there: train/, rollout/ and time/
     (collect, inference, env_wait and update seconds, weight version, staleness, each role's
     busy and idle seconds), at the env steps so far."""
-    if max_staleness not in (0, 1):
-        raise PlacementError(f"max_staleness: {max_staleness!r}; allowed: 0 (synchronous) or 1")
+    if isinstance(max_staleness, bool) or not isinstance(max_staleness, int) or max_staleness < 0:
+        raise PlacementError(f"max_staleness: {max_staleness!r}; allowed: an integer >= 0 (0: synchronous)")
     backend = make_backend(backend_name, placement)
     try:
         if cfg.train.torch_threads:
@@ -124,12 +128,13 @@ def train_roles(cfg: ExperimentConfig, placement: Placement, backend_name: str =
         role_times(backend, collector, learners, 0.0)  # zero the roles' counters
         t_window = time.perf_counter()
 
-        def finish(futures: list[Any], batch: Any, episodes: dict[str, float], learner_version: int) -> None:
-            """Wait for an update, push its weights to the rollout role, log the iteration."""
+        def finish(futures: list[Any], weights: Any, batch: Any, episodes: dict[str, float],
+                   learner_version: int) -> None:
+            """Wait for an update and its weights, push them to the rollout role, log the iteration."""
             nonlocal state, version, steps, t_window
             t0 = time.perf_counter()
             stats = backend.get(futures)[0]
-            state, version = backend.get(backend.call(learners[0], "weights"))
+            state, version = backend.get(weights)
             collector.set_weights(state, version)
             times = {f"{k}_seconds": v for k, v in batch.seconds.items()}
             now = time.perf_counter()
@@ -144,18 +149,21 @@ def train_roles(cfg: ExperimentConfig, placement: Placement, backend_name: str =
                     logger.log(section, scalars, steps)
             history.append({**stats, **rollout, **times, "env_steps": batch.env_steps})
 
-        pending = None
+        pending: deque[tuple[Any, ...]] = deque()  # updates in flight, oldest first; last field: batch index
         for it in range(iterations):
             batch = collector.collect()
             episodes = collector.pop_episode_stats()  # the episodes that ended during this collect
-            if pending is not None:  # the previous batch's update ran during this collect
-                finish(*pending)
-            pending = ([backend.call(lrn, "update", batch.traj) for lrn in learners], batch, episodes, it)
-            if max_staleness == 0:
-                finish(*pending)
-                pending = None
-        if pending is not None:
-            finish(*pending)
+            # batch it + 1 must be collected on version >= it + 1 - k: finish the updates up to it - k
+            # (they ran during this collect), before this one is asked for: with k = 1 role_times then
+            # finds no learner call in flight (with k >= 2 it waits for the one still running)
+            while pending and pending[0][-1] <= it - max_staleness:
+                finish(*pending.popleft())
+            futures = [backend.call(lrn, "update", batch.traj) for lrn in learners]
+            pending.append((futures, backend.call(learners[0], "weights"), batch, episodes, it))
+            while pending and pending[0][-1] <= it - max_staleness:  # k = 0: this update, now
+                finish(*pending.popleft())
+        while pending:
+            finish(*pending.popleft())
         if logger is not None:
             logger.close()
         return {"weights": state, "version": version, "history": history, "where": placed}

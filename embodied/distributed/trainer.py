@@ -10,19 +10,21 @@ policy/ holds. A checkpoint also holds every role's state (each env worker's env
 collector's observations and episodes in progress, the rollout and learner RNG streams, the
 learner's optimiser), so a killed run resumes exactly (`embodied train --resume RUN_DIR`).
 
-train.max_staleness 0: each batch is collected on the newest weights, then the learner updates.
-1: while the learner updates on batch i, batch i + 1 is collected on the weights before that
-update (they overlap on Ray; `local` runs the two calls one after the other, with the same
-result). An iteration that saves a checkpoint (and the last) drains: its update finishes
-before the next batch is collected, so a checkpoint never holds a batch in flight and a resumed
-run follows the uninterrupted run's schedule exactly; the batch after a drain is 0 versions
-stale. Every iteration logs its batch's weight version and staleness.
+train.max_staleness k = 0: each batch is collected on the newest weights, then the learner
+updates. k >= 1: while the learner updates on batch i, the driver collects ahead on the weights
+before that update until k batches wait (1: batch i + 1; they overlap on Ray; `local` runs the
+calls one after the other, with the same result), so a batch is at most k versions stale. No
+batch is collected ahead past an iteration that saves a checkpoint (nor past the run's end):
+that iteration drains, a checkpoint never holds a batch in flight, and a resumed run follows
+the uninterrupted run's schedule exactly; the batch after a drain is 0 versions stale. Every
+iteration logs its batch's weight version and staleness.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -127,20 +129,24 @@ def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) ->
             got = collector.collect()
             return got, collector.pop_episode_stats()
 
+        def saves(i: int) -> bool:
+            """Iteration i saves a checkpoint."""
+            return bool(tc.save_every) and i % tc.save_every == 0
+
         role_times(b, collector, learners, 0.0)  # zero the roles' busy counters
         t_window = time.perf_counter()
-        following = None
+        ahead: deque[tuple[Any, dict[str, float]]] = deque()  # batches collected ahead, oldest first
         while env_steps < tc.total_steps:
             # the first batch, or the first after a drained iteration, is collected on the newest weights
-            batch, episodes = following if following is not None else collect()
+            batch, episodes = ahead.popleft() if ahead else collect()
             staleness = version - batch.weight_version
             futures = [b.call(lrn, "update", batch.traj) for lrn in learners]
             env_steps, it = env_steps + batch.env_steps, it + 1
-            last = env_steps >= tc.total_steps
-            # max_staleness 1: collect the next batch on the current weights while the update runs;
-            # a checkpointed (or the last) iteration drains instead, so a checkpoint holds no batch in flight
-            overlap = tc.max_staleness == 1 and not last and not (tc.save_every and it % tc.save_every == 0)
-            following = collect() if overlap else None
+            # max_staleness k: collect ahead on the current weights while the update runs, up to k batches,
+            # each only if the run needs it and no iteration before it saves a checkpoint (that one drains)
+            while (len(ahead) < tc.max_staleness and not saves(it + len(ahead))
+                   and env_steps + sum(x.env_steps for x, _ in ahead) < tc.total_steps):
+                ahead.append(collect())
             t1 = time.perf_counter()
             stats = b.get(futures)[0]
             weights, version = b.get(b.call(learners[0], "weights"))
