@@ -7,8 +7,9 @@
 `run` collects the demonstrations (embodied collect Reach, seeds 0..), starts the twin
 (`embodied robot-sim Reach --image-size 0`) and, with --operator, the scripted operator
 (`embodied robot-operator Reach`), on a loopback-only DDS domain, then runs
-`embodied finetune-robot configs/finetune_reach.yaml` (actor and learner processes) with the
-overrides. Everything it starts is stopped at the end. The curve is run_dir/progress.jsonl.
+`embodied finetune-robot configs/finetune_reach.yaml` (--config NAME for another, e.g.
+finetune_reach_noop with --demos 20; actor and learner processes) with the overrides. Everything
+it starts is stopped at the end. The curve is run_dir/progress.jsonl.
 `plot` also takes finetune run_dirs themselves (e.g. the in-process residual runs of
 configs/finetune_reach_residual.yaml; --ylabel names what was evaluated)."""
 
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
                                       stdout=open(out / "operator.log", "a"), stderr=subprocess.STDOUT))
     t0 = time.monotonic()
     try:
-        cmd = cli + ["finetune-robot", str(ROOT / "configs" / "finetune_reach.yaml"), f"run_dir={out / 'run'}",
+        cmd = cli + ["finetune-robot", str(ROOT / "configs" / f"{args.config}.yaml"), f"run_dir={out / 'run'}",
                      f"demos={demos}", f"actor.seed={args.seed}", f"learner.seed={args.seed}", *args.overrides]
         rc = subprocess.run(cmd, env=env).returncode
     finally:
@@ -111,6 +112,8 @@ def main() -> int:
     r.add_argument("--out", required=True)
     r.add_argument("--operator", action="store_true")
     r.add_argument("--demos", type=int, default=4)
+    r.add_argument("--config", default="finetune_reach", help="a finetune config in configs/ over ROS 2 "
+                                                              "(finetune_reach_noop: no interventions)")
     r.add_argument("--domain", type=int, help="ROS domain (default: random in 100..199); runs at the same "
                                               "time need different ones")
     r.add_argument("--free-run", action="store_true", help="the twin steps at its own rate (20 Hz)")

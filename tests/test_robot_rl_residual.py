@@ -71,6 +71,19 @@ def test_the_residual_starts_at_the_vlas_action_and_stays_within_its_bound(vla_d
     twin.close()
 
 
+def test_the_residuals_normalisation_leaves_dims_the_demos_never_change_unscaled():
+    obs = torch.randn(50, 5)
+    obs[:, 3] = -1.0  # a gripper command the demonstrations never change
+    obs[:, 4] = 0.02 + 1e-4 * torch.randn(50)
+    old, new = zero_residual_actor(obs, 5, 4, (8,)), zero_residual_actor(obs, 5, 4, (8,), min_std=0.01)
+    assert torch.allclose(new.norm.mean[:5], obs.mean(0)) and torch.equal(new.norm.mean[5:], torch.zeros(4))
+    assert torch.allclose(new.norm.std[:3], obs.std(0)[:3]) and torch.equal(new.norm.std[3:], torch.ones(6))
+    assert torch.allclose(old.norm.std[3], torch.tensor(1e-3))  # min_std 0: std floored at 1e-3 (+-10 at the input)
+    x = torch.cat([obs[:1], torch.zeros(1, 4)], -1)
+    x[0, 3] = -0.9
+    assert new.norm(x)[0, 3].item() == pytest.approx(0.1, abs=1e-5) and old.norm(x)[0, 3].item() == 10.0
+
+
 def test_residual_config_and_camera_errors_are_one_line(vla_dir, tmp_path):
     with pytest.raises(FinetuneConfigError, match=r"^residual\.scale: must be in \(0, 2\], got 0"):
         config_from_dict({"residual": {"base": str(vla_dir), "scale": 0}})

@@ -77,7 +77,8 @@ def prepare(cfg: FinetuneConfig) -> Path:
         if dim < 1:
             raise DatasetError("demos: a residual on obs_key 'state' needs demos "
                                "(the observation's width and statistics)")
-        save_policy(path, zero_residual_actor(obs, dim, cfg.robot.action_dim, cfg.sac.hidden), 0, cfg.sac.hidden)
+        save_policy(path, zero_residual_actor(obs, dim, cfg.robot.action_dim, cfg.sac.hidden, cfg.sac.obs_min_std),
+                    0, cfg.sac.hidden)
         return path
     if cfg.init.weights:
         actor, _ = load_policy(cfg.init.weights)

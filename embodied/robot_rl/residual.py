@@ -108,18 +108,22 @@ class BasePolicy:
         self.chunk = []
 
 
-def zero_residual_actor(obs: torch.Tensor | None, obs_dim: int, action_dim: int, hidden: tuple[int, ...]):
+def zero_residual_actor(obs: torch.Tensor | None, obs_dim: int, action_dim: int, hidden: tuple[int, ...],
+                        min_std: float = 0.0):
     """The starting residual actor over [obs (D), base action (A)]: output layer zero, so its
     deterministic residual is exactly 0 (pre-squash log std -1.5 for exploration). obs [N, D]
-    (e.g. the demonstrations' frames) sets the normalisation of the first D inputs; the base
-    action, already in [-1, 1], is left as it is."""
-    from embodied.robot_rl.networks import TanhGaussianActor
+    (e.g. the demonstrations' frames) sets the normalisation of the first D inputs as ObsNorm
+    does (a dim whose std is below min_std, sac.obs_min_std, is centred but not scaled); the
+    base action, already in [-1, 1], is left as it is."""
+    from embodied.robot_rl.networks import ObsNorm, TanhGaussianActor
 
     actor = TanhGaussianActor(obs_dim + action_dim, action_dim, hidden)
     with torch.no_grad():
         actor.body[-1].weight.zero_()
         actor.body[-1].bias.zero_()
         if obs is not None and len(obs) > 1:
-            actor.norm.mean[:obs_dim] = obs.mean(0)
-            actor.norm.std[:obs_dim] = obs.std(0).clamp_min(1e-3)
+            stats = ObsNorm(obs_dim)
+            stats.set(obs.float(), min_std)
+            actor.norm.mean[:obs_dim] = stats.mean
+            actor.norm.std[:obs_dim] = stats.std
     return actor
