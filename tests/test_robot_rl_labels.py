@@ -1,5 +1,5 @@
-"""Operator labels (embodied/robot_rl/labels.py): success / failure from a std_msgs/String or a
-Joy button over DDS, and the actor ending an episode on a label (in-process twin)."""
+"""Operator labels (embodied/robot_rl/labels.py): success / failure / reset from a std_msgs/String
+or a Joy button over DDS, and the actor ending an episode on a label (in-process twin)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def test_string_and_joy_labels_over_dds(dds_env):
     try:
         words = Labels(LabelConfig(), robot)
         joy_labels = Labels(LabelConfig(topic="/joy", type="sensor_msgs/msg/Joy", success="buttons.1",
-                                        failure="buttons.2"), robot)
+                                        failure="buttons.2", reset="buttons.0"), robot)
         say = op.publisher("/labels", "std_msgs/msg/String", COMMAND_QOS)
         pad = op.publisher("/joy", "sensor_msgs/msg/Joy", COMMAND_QOS)
         joy = rt.msg_class("sensor_msgs/msg/Joy")
@@ -40,15 +40,17 @@ def test_string_and_joy_labels_over_dds(dds_env):
         say.publish(rt.scalar("std_msgs/msg/String", "failure"))
         assert _until(lambda: len(words._events) == 1) and words.take(since=t0) == "failure"
         assert words.take(since=t0) is None  # taken once
+        say.publish(rt.scalar("std_msgs/msg/String", "reset"))
+        assert _until(lambda: len(words._events) == 1) and words.take(since=t0) == "reset"
 
         def press(*buttons):
             pad.publish(joy(header=rt.header(), axes=np.zeros(2, np.float32), buttons=np.array(buttons, np.int32)))
 
-        for b in ([0, 1, 0], [0, 1, 0], [0, 1, 0], [0, 0, 0], [0, 0, 1]):  # a held button is one press
+        for b in ([0, 1, 0], [0, 1, 0], [0, 1, 0], [0, 0, 0], [0, 0, 1], [1, 0, 1]):  # a held button is one press
             press(*b)
-        assert _until(lambda: len(joy_labels._events) == 2)
-        assert [label for _, label in joy_labels._events] == ["success", "failure"]
-        assert joy_labels.take(since=t0) == "failure"  # the newest
+        assert _until(lambda: len(joy_labels._events) == 3)
+        assert [label for _, label in joy_labels._events] == ["success", "failure", "reset"]
+        assert joy_labels.take(since=t0) == "reset"  # the newest
     finally:
         robot.close()
         op.close()
@@ -59,6 +61,10 @@ def test_label_config_errors_are_one_line():
         LabelConfig(type="std_msgs/msg/Bool")
     with pytest.raises(EnvError, match=r"^labels: 'axes.1' is not a Joy button"):
         LabelConfig(type="sensor_msgs/msg/Joy", success="axes.1", failure="buttons.0")
+    with pytest.raises(EnvError, match=r"^labels.failure, labels.reset: the same 'stop'; each label needs its own"):
+        LabelConfig(failure="stop", reset="stop")
+    assert LabelConfig().reset == "reset" and LabelConfig(type="sensor_msgs/msg/Joy", success="buttons.1",
+                                                          failure="buttons.2").reset is None
     robot = {"task": "Reach", "privileged_topic": "/privileged", "privileged_dim": 15}
     with pytest.raises(FinetuneConfigError, match=r"^labels.topic: the in-process twin"):
         config_from_dict({"robot": robot, "sim": {}, "labels": {}})
@@ -75,7 +81,7 @@ def test_actor_ends_an_episode_on_a_label(tmp_path):
     cfg = config_from_dict({"run_dir": str(run), "robot": {"task": "Reach", "privileged_topic": "/privileged",
                                                            "privileged_dim": 15},
                             "sim": {"seed": 1}, "labels": {"topic": None, "terminal": True},
-                            "actor": {"episodes": 2, "eval_every": 0}})
+                            "actor": {"episodes": 3, "eval_every": 0}})
     run.mkdir()
     save_policy(run / "policy.safetensors", TanhGaussianActor(15, 4, (16,)), 0, (16,))
     actor = Actor(cfg)
@@ -85,15 +91,18 @@ def test_actor_ends_an_episode_on_a_label(tmp_path):
         obs, first = actor.episode(obs, 0)
         actor.labels.give("failure", t=float("inf"))
         obs, second = actor.episode(obs, 1)
+        actor.labels.give("reset", t=float("inf"))
+        obs, third = actor.episode(obs, 2)
     finally:
         actor.link.close()
         actor._progress.close()
         actor.close()
     assert (first["success"], first["steps"]) == (True, 1) and (second["success"], second["steps"]) == (False, 1)
+    assert (third["success"], third["steps"], third["label"], second["label"]) == (False, 1, "reset", "failure")
     from embodied.dataset import read_episodes
 
     eps = list(read_episodes(run / "online"))
     assert eps[0]["success"].tolist() == [True, True]  # the labelled step and its kept frame
     assert eps[1]["success"].tolist() == [False] and eps[1]["reward"].tolist() == [0.0]
     sent = [t for ep in sorted(actor.memory) for t in actor.memory[ep]]
-    assert [(t["terminated"], float(t["reward"])) for t in sent] == [(1.0, 1.0), (0.0, 0.0)]
+    assert [(t["terminated"], float(t["reward"])) for t in sent] == [(1.0, 1.0), (0.0, 0.0), (0.0, 0.0)]

@@ -146,7 +146,7 @@ class Actor:
         """Run one episode from obs. index None: an evaluation (no operator, not recorded, not
         streamed). Returns the next episode's first observation and the episode's summary;
         raises EnvError (the episode so far recorded) when the robot fails or is e-stopped."""
-        steps, success = [], False
+        steps, success, label = [], False, None
         started = time.monotonic()  # labels given before this belong to an earlier episode
         if self.base is not None:
             self.base.reset()
@@ -174,7 +174,7 @@ class Actor:
                 self.robot_steps += 1
                 self.train_steps += index is not None
                 if self.labels is not None and index is not None and not bool(res.done[0]):
-                    self._apply_label(res, started)
+                    label = self._apply_label(res, started) or label
                 done = bool(res.done[0])
                 if self.base is not None and done:  # the critic's next observation carries b as acted
                     res.final_obs = self._based(res.final_obs, fresh=True)
@@ -204,20 +204,22 @@ class Actor:
                 self._record(steps)
         n_iv = sum(s["intervened"] for s in steps)
         n = len(steps) - (success and self.cfg.actor.keep_success_frame)  # steps acted
-        return obs, {"success": success, "steps": n, "interventions": n_iv, "intervention_rate": n_iv / max(n, 1)}
+        return obs, {"success": success, "steps": n, "interventions": n_iv, "intervention_rate": n_iv / max(n, 1),
+                     **({"label": label} if label else {})}
 
-    def _apply_label(self, res: Any, since: float) -> None:
+    def _apply_label(self, res: Any, since: float) -> str | None:
         """The operator's label since the episode started ends it here: "success" as a success
-        (reward 1, terminated), "failure" as truncated; the robot is reset."""
+        (reward 1, terminated), "failure" and "reset" as truncated; the robot is reset."""
         label = self.labels.take(since)
         if label is None:
-            return
+            return None
         won = label == "success"
         res.final_obs = res.obs
         res.reward, res.info["success"] = torch.tensor([float(won)]), torch.tensor([won])
         res.terminated, res.truncated = torch.tensor([won]), torch.tensor([not won])
         res.obs, _ = self.env.reset()
-        log.info("actor: the operator labelled the episode a %s", label)
+        log.info("actor: the operator's label ends the episode: %s", label)
+        return label
 
     def _record(self, steps: list[dict]) -> None:
         ep: dict[str, torch.Tensor] = {}

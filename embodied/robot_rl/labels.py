@@ -1,16 +1,19 @@
-"""Operator labels during on-robot RL (config section `labels`): "this episode succeeded" or
-"this episode failed", from a ROS 2 topic or the actor's terminal.
+"""Operator labels during on-robot RL (config section `labels`): "this episode succeeded",
+"this episode failed" or "reset the robot now", from a ROS 2 topic or the actor's terminal.
 
-  std_msgs/msg/String   data == labels.success or labels.failure (e.g. a keyboard node publishing
-                        "success" / "failure")
-  sensor_msgs/msg/Joy   labels.success / labels.failure name buttons ("buttons.1"); a press
-                        (0 -> 1) is one label, a held button is not repeated
-  terminal              labels.terminal: a line "s" or "f" (then Enter) typed in the actor's terminal
+  std_msgs/msg/String   data == labels.success, labels.failure or labels.reset (e.g. a keyboard
+                        node publishing "success" / "failure" / "reset")
+  sensor_msgs/msg/Joy   labels.success / labels.failure (/ labels.reset) name buttons ("buttons.1");
+                        a press (0 -> 1) is one label, a held button is not repeated
+  terminal              labels.terminal: a line "s", "f" or "r" (then Enter) typed in the actor's terminal
 
 The actor takes the newest label given since the episode started, after each step of a
 training episode: "success" ends the episode there as a success (reward 1, terminated),
 "failure" ends it as a failure (reward 0, truncated: the critic bootstraps from the last
-state), and the robot is reset. Labels given during a held-out evaluation are dropped."""
+state), "reset" ends it without a verdict (as a time limit: reward 0, truncated; the episode's
+progress row says `label: reset`, for a robot that must be reset by hand: an object out of
+reach, a cable caught), and the robot is reset. Labels given during a held-out evaluation are
+dropped."""
 
 from __future__ import annotations
 
@@ -26,6 +29,8 @@ from robot_bridge.transport import COMMAND_QOS, Transport
 from sims.vecenv import EnvError
 
 LABEL_TYPES = ("std_msgs/msg/String", "sensor_msgs/msg/Joy")
+LABELS = ("success", "failure", "reset")
+KEYS = {"s": "success", "f": "failure", "r": "reset"}  # labels.terminal
 log = logging.getLogger("embodied.robot_rl.labels")
 
 
@@ -42,15 +47,21 @@ class LabelConfig:
     type: str = "std_msgs/msg/String"
     success: str = "success"  # the String's text, or a Joy button ("buttons.1")
     failure: str = "failure"
-    terminal: bool = False  # also read "s" / "f" lines from the actor's standard input
+    reset: str | None = None  # the String's text or a Joy button; None: "reset" (String), no button (Joy)
+    terminal: bool = False  # also read "s" / "f" / "r" lines from the actor's standard input
 
     def __post_init__(self) -> None:
         if self.type not in LABEL_TYPES:
             raise EnvError(f"labels.type: unsupported {self.type!r}; allowed: {', '.join(LABEL_TYPES)}")
+        if self.reset is None and self.type == LABEL_TYPES[0]:
+            self.reset = "reset"
+        given = {k: getattr(self, k) for k in LABELS if getattr(self, k) is not None}
         if self.type == LABEL_TYPES[1]:
-            _button(self.success), _button(self.failure)
-        if self.success == self.failure:
-            raise EnvError(f"labels.success, labels.failure: both are {self.success!r}")
+            for v in given.values():
+                _button(v)
+        same = [k for k in given if list(given.values()).count(given[k]) > 1]
+        if same:
+            raise EnvError(f"labels.{', labels.'.join(same)}: the same {given[same[0]]!r}; each label needs its own")
         if self.topic is None and not self.terminal:
             raise EnvError("labels.topic: null needs labels.terminal: true (no source of labels)")
 
@@ -63,7 +74,7 @@ class Labels:
         self.cfg = cfg
         self._events: deque[tuple[float, str]] = deque(maxlen=100)
         self._lock = threading.Lock()
-        self._pressed = {"success": False, "failure": False}
+        self._pressed = {label: False for label in LABELS}
         if cfg.topic is not None:
             if transport is None:
                 raise EnvError("labels.topic: needs the robot's ROS 2 transport; with sim, allowed: null "
@@ -79,11 +90,13 @@ class Labels:
     def _on_message(self, msg: Any) -> None:
         if self.cfg.type == LABEL_TYPES[0]:
             text = str(msg.data).strip().lower()
-            for label in ("success", "failure"):
-                if text == getattr(self.cfg, label).lower():
+            for label in LABELS:
+                if getattr(self.cfg, label) is not None and text == getattr(self.cfg, label).lower():
                     self.give(label)
             return
-        for label in ("success", "failure"):  # Joy: a press is a rising edge
+        for label in LABELS:  # Joy: a press is a rising edge
+            if getattr(self.cfg, label) is None:
+                continue
             i = _button(getattr(self.cfg, label))
             down = len(msg.buttons) > i and msg.buttons[i] > 0.5
             if down and not self._pressed[label]:
@@ -94,9 +107,9 @@ class Labels:
         try:
             for line in sys.stdin:
                 key = line.strip().lower()[:1]
-                if key in ("s", "f"):
-                    self.give("success" if key == "s" else "failure")
-                    log.info("labels: %s", "success" if key == "s" else "failure")
+                if key in KEYS:
+                    self.give(KEYS[key])
+                    log.info("labels: %s", KEYS[key])
         except (OSError, ValueError) as e:  # no terminal (a service, a test runner)
             log.warning("labels: the terminal cannot be read (%s); labels from the topic only", e)
 
