@@ -169,7 +169,7 @@ def config_from_dict(raw: dict[str, Any], overrides: list[str] = ()) -> Experime
 
 def _check_roles(cfg: ExperimentConfig) -> None:
     """train.backend / train.placement: what can be checked without this machine or a cluster
-    (preset, fields, counts, stages, algorithm); resources and the address are checked when
+    (preset, fields, counts, stages, staleness); resources and the address are checked when
     training starts (embodied/distributed/trainer.py). One-line ConfigError."""
     k = cfg.train.max_staleness
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
@@ -187,9 +187,6 @@ def _check_roles(cfg: ExperimentConfig) -> None:
         place = placement_from_dict({"preset": raw} if isinstance(raw, str) else raw)
     except PlacementError as e:
         raise ConfigError(f"train.{e}") from None
-    if cfg.train.algorithm == "grpo" and place.learner.count > 1:
-        raise ConfigError(f"train.placement.learner.count: {place.learner.count} with train.algorithm=grpo; "
-                          f"allowed: 1 (GRPO updates on one learner)")
     if place.env.count > cfg.env.num_envs:
         raise ConfigError(f"train.placement.env.count: {place.env.count} env workers for env.num_envs="
                           f"{cfg.env.num_envs}; allowed: at most env.num_envs")

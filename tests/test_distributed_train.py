@@ -49,8 +49,6 @@ def assert_same_weights(a: dict, b: dict) -> None:
     (["train.backend=ray", "train.placement={address: 'ADDR'}"], "placement.address: cannot reach the Ray head"),
     (["train.backend=local", "train.max_staleness=-1"], "train.max_staleness: -1; allowed: an integer >= 0"),
     (["train.max_staleness=1"], "train.max_staleness: 1 runs over roles; set train.backend or train.placement"),
-    (["train.algorithm=grpo", "grpo.group_size=4", "train.backend=ray", "train.placement={learner: {count: 2}}"],
-     "train.placement.learner.count: 2 with train.algorithm=grpo; allowed: 1"),
 ])
 def test_bad_roles_config_is_one_line_before_anything_starts(tmp_path, capsys, overrides, needle):
     if "train.backend=ray" in overrides:

@@ -61,9 +61,6 @@ def build_roles(cfg: ExperimentConfig, placement: Placement, backend: Any) -> tu
     learners = [backend.create(LearnerWorker, placement.learner, cfg, spec, seed, 1, rank, world, master)
                 for rank in range(world)]
     if cfg.train.algorithm == "grpo":
-        if world > 1:
-            raise PlacementError(f"placement.learner.count: {world} with GRPO; allowed: 1 (GRPO updates on one "
-                                 f"learner)")
         return GroupedCollector(backend, workers, sizes, rollout, cfg.grpo.group_size, make_worker,
                                 placement.stages), learners
     collector = ShardedCollector(backend, workers, sizes, rollout, cfg.ppo.rollout_steps, placement.stages,

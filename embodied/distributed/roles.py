@@ -189,7 +189,8 @@ class RolloutWorker(Role, OwnRng):
 class LearnerWorker(Role, OwnRng):
     """The PPO / GRPO learner of train.py on its own copy of the policy. With world_size > 1 it
     is one rank of a data-parallel group (embodied/distributed/data_parallel.py): it updates on
-    its slice of the env dimension and gradients are averaged over ranks."""
+    its slice of the env dimension (GRPO: of the kept groups) and gradients are averaged over
+    ranks."""
 
     def __init__(self, cfg: ExperimentConfig, spec: EnvSpec, seed: int, threads: int = 1,
                  rank: int = 0, world_size: int = 1, master: str = "127.0.0.1:29500"):
@@ -200,6 +201,7 @@ class LearnerWorker(Role, OwnRng):
         self.learner = (GRPOLearner(self.policy, cfg.ppo, cfg.grpo) if cfg.train.algorithm == "grpo"
                         else PPOLearner(self.policy, cfg.ppo))
         self.rank, self.world_size, self.version = rank, world_size, 0
+        self.grouped = cfg.train.algorithm == "grpo"
         if world_size > 1:
             from embodied.distributed.data_parallel import DataParallel
 
@@ -218,9 +220,12 @@ class LearnerWorker(Role, OwnRng):
         sees the whole batch, as in train.py. Bumps the weight version."""
         batch = traj
         if self.world_size > 1:
-            from embodied.distributed.data_parallel import shard_trajectory
+            from embodied.distributed.data_parallel import grpo_shard, shard_trajectory
 
-            batch = shard_trajectory(traj, self.rank, self.world_size)
+            if self.grouped:  # whole groups, the gradient weighed by the rank's episodes
+                batch, self.dp.share = grpo_shard(traj, self.learner.grpo, self.rank, self.world_size)
+            else:
+                batch = shard_trajectory(traj, self.rank, self.world_size)
         with self.own_rng():
             stats = self.learner.update(batch)
         self.policy.update_normalizer(traj.obs)
