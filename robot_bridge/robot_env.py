@@ -152,6 +152,7 @@ class RobotEnv(VecEnv):
         self.commands_sent = 0
         self.last_command_time = float("nan")
         self._stamp = -1.0  # header stamp of the joint state the current obs was built from
+        self.autoreset = True  # False: step() leaves a finished episode as it ended; the caller resets
         self._grip = 0.0
         self._elapsed = 0
         self._next_tick = 0.0
@@ -348,10 +349,20 @@ class RobotEnv(VecEnv):
         info = {"success": t(bool(success))}
         res = StepResult(obs=obs, reward=t(float(success)), terminated=t(bool(success)),
                          truncated=t(bool(truncated and not success)), info=info, final_obs=obs if done else None)
-        if done:
+        if done and self.autoreset:
             res.obs, _ = self.reset()
         self._obs = res.obs
         return res
+
+    def step_past_end(self, action: torch.Tensor) -> Obs:
+        """One more command, through the safety filter, and the frame after it, once an episode
+        has ended (autoreset False) and before the reset: no success check, no time limit (the
+        frames past success that embodied/robot_rl records for a success classifier)."""
+        act = action[0] if isinstance(action, torch.Tensor) and action.dim() == 2 and len(action) == 1 else action
+        self._command(act)
+        js = self._fresh_state(self._stamp) if self.cfg.sync else self._js.latest()
+        self._obs = self._observe(js)
+        return self._obs
 
     def _success(self, obs: Obs) -> bool:
         if self.cfg.success == "topic":

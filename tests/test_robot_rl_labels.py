@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pytest
+import torch
 
 from embodied.robot_rl.config import FinetuneConfigError, config_from_dict
 from embodied.robot_rl.labels import LabelConfig, Labels
@@ -106,3 +107,78 @@ def test_actor_ends_an_episode_on_a_label(tmp_path):
     assert eps[1]["success"].tolist() == [False] and eps[1]["reward"].tolist() == [0.0]
     sent = [t for ep in sorted(actor.memory) for t in actor.memory[ep]]
     assert [(t["terminated"], float(t["reward"])) for t in sent] == [(1.0, 1.0), (0.0, 0.0), (0.0, 0.0)]
+
+
+def test_frames_past_a_success_are_recorded_as_positives_and_not_streamed(tmp_path):
+    from embodied.dataset import read_episodes
+    from embodied.robot_rl.actor import Actor
+    from embodied.robot_rl.data import save_policy
+    from embodied.robot_rl.networks import TanhGaussianActor
+    from embodied.robot_rl.reward import episode_frames
+
+    robot = {"task": "Reach", "privileged_topic": "/privileged", "privileged_dim": 15}
+    with pytest.raises(FinetuneConfigError, match=r"^actor.frames_after_success: 2; allowed: >= 0, and 0 with "):
+        config_from_dict({"robot": robot, "actor": {"frames_after_success": 2, "keep_success_frame": False}})
+    run = tmp_path / "run"
+    cfg = config_from_dict({"run_dir": str(run), "robot": robot, "sim": {"seed": 1},
+                            "labels": {"topic": None, "terminal": True},
+                            "actor": {"episodes": 2, "eval_every": 0, "frames_after_success": 3}})
+    run.mkdir()
+    save_policy(run / "policy.safetensors", TanhGaussianActor(15, 4, (16,)), 0, (16,))
+    actor = Actor(cfg)
+    try:
+        obs, _ = actor.env.reset()
+        actor.labels.give("success", t=float("inf"))
+        obs, first = actor.episode(obs, 0)
+        actor.labels.give("failure", t=float("inf"))
+        obs, second = actor.episode(obs, 1)
+    finally:
+        actor.link.close()
+        actor._progress.close()
+        actor.close()
+    assert (first["success"], first["steps"], second["steps"]) == (True, 1, 1)
+    eps = list(read_episodes(run / "online"))
+    # the labelled step, 3 frames past it (the twin holds a finished episode), the kept frame
+    assert eps[0]["success"].tolist() == [True] * 5 and len(eps[1]["success"]) == 1
+    held = eps[0]["obs.privileged"][1:]
+    assert torch.equal(held, held[:1].expand_as(held)) and not torch.equal(eps[1]["obs.privileged"][0], held[0])
+    assert [lab.tolist() for _, lab in episode_frames(run / "online", "privileged")] == [[False] + [True] * 4, [False]]
+    assert [(t["episode"], t["step"]) for ep in sorted(actor.memory) for t in actor.memory[ep]] == [(0, 0), (1, 0)]
+    assert actor.train_steps == 5  # the 3 commands past the success are robot time
+
+
+def test_robot_env_holds_a_finished_episode_until_the_caller_resets(dds_env):
+    """RobotEnv.autoreset False over DDS (the frames past success): the twin's final frame stays
+    the newest, step_past_end sends a command and returns the held frame, reset() starts anew."""
+    import threading
+
+    from robot_bridge.robot_env import RobotEnv, RobotEnvConfig
+    from robot_bridge.sim_node import SimNodeConfig, SimRobotNode
+    from sims.registry import expert_for
+
+    node = SimRobotNode(SimNodeConfig(task="Reach", image_size=0, transport="dds", seed=4))
+    spin = threading.Thread(target=node.spin, daemon=True)
+    spin.start()
+    env = RobotEnv(RobotEnvConfig(task="Reach", privileged_topic="/privileged", privileged_dim=15, transport="dds",
+                                  control_hz=100, max_episode_steps=40))
+    try:
+        env.autoreset = False
+        obs, _ = env.reset()
+        expert = expert_for("Reach")
+        for _ in range(40):
+            res = env.step(torch.as_tensor(expert(obs["privileged"].double().numpy())))
+            obs = res.obs
+            if bool(res.done[0]):
+                break
+        assert bool(res.info["success"][0]) and torch.equal(res.obs["privileged"], res.final_obs["privileged"])
+        sent = env.commands_sent
+        held = [env.step_past_end(torch.tensor([[0.5, 0.0, 0.0, 0.0]])) for _ in range(2)]
+        assert env.commands_sent == sent + 2
+        assert all(torch.equal(h["privileged"], res.final_obs["privileged"]) for h in held)  # the twin holds
+        fresh, _ = env.reset()
+        assert not torch.equal(fresh["privileged"], res.final_obs["privileged"])
+    finally:
+        env.close()
+        node.stop.set()
+        spin.join(5)
+        node.close()

@@ -51,6 +51,8 @@ class Actor:
             clf = classifier_for_robot(cfg.reward_classifier, cfg.robot) if cfg.robot.success == "classifier" else None
             env = RobotEnv(cfg.robot, success_fn=clf)
         self.env = env
+        if cfg.actor.frames_after_success:  # the actor resets, after the frames past a success
+            self.env.autoreset = False
         # residual: the frozen VLA's action b per frame (obs["base_action"] [1, A]); the policy is the residual
         self.base = BasePolicy(cfg.residual, cfg.robot.action_dim) if cfg.residual is not None else None
         self.teleop: Teleop | SimOperator | None = None  # the operator: action() or None, before each step
@@ -185,7 +187,10 @@ class Actor:
                 steps.append({"obs": obs, "action": a[0], "reward": res.reward[0], "success": res.info["success"][0],
                               "intervened": manual is not None, "version": self.version})
                 if success and self.cfg.actor.keep_success_frame:  # the success state, for `embodied reward train`
-                    steps.append({"obs": res.final_obs, "action": torch.zeros_like(a[0]), "reward": torch.tensor(0.0),
+                    frame = res.final_obs
+                    if index is not None:
+                        frame = self._past_success(frame, steps)
+                    steps.append({"obs": frame, "action": torch.zeros_like(a[0]), "reward": torch.tensor(0.0),
                                   "success": torch.tensor(True), "intervened": False, "version": self.version})
                 if index is not None:
                     t = {"obs": o[0], "action": r[0], "reward": res.reward[0].float(),
@@ -196,16 +201,41 @@ class Actor:
                     self.link.send(("transition", to_wire(t)))
                     if self.cfg.actor.lockstep:
                         self._wait_synced((index, step))
+                if done and not getattr(self.env, "autoreset", True):
+                    res.obs, _ = self.env.reset()  # after the frames past a success
                 obs = res.obs
                 if done:
                     break
         finally:
             if index is not None and steps:
                 self._record(steps)
-        n_iv = sum(s["intervened"] for s in steps)
-        n = len(steps) - (success and self.cfg.actor.keep_success_frame)  # steps acted
+        n_iv = sum(s["intervened"] and not s.get("past_success", False) for s in steps)
+        n = sum(not s.get("past_success", False) for s in steps)  # steps acted within the episode
+        n -= success and self.cfg.actor.keep_success_frame
         return obs, {"success": success, "steps": n, "interventions": n_iv, "intervention_rate": n_iv / max(n, 1),
                      **({"label": label} if label else {})}
+
+    def _past_success(self, frame: dict, steps: list[dict]) -> dict:
+        """actor.frames_after_success: act that many steps past a success of a training episode
+        (the operator's action while in control, else the policy's deterministic one) and record
+        each frame as a success state: more positives for the success classifier, as LeRobot's
+        number_of_steps_after_success. They are not transitions (the episode ended at the
+        success). Returns the last frame."""
+        for _ in range(self.cfg.actor.frames_after_success):
+            manual = self.teleop.action() if self.teleop is not None else None
+            if manual is not None:
+                a = torch.as_tensor(manual, dtype=torch.float32)[None]
+            else:
+                a = self._act(self._policy_obs(frame), deterministic=True)
+                if self.base is not None:
+                    a = compose(frame["base_action"], a, self.cfg.residual.scale)
+            nxt = self._based(self.env.step_past_end(a), fresh=True)
+            self.robot_steps += 1
+            self.train_steps += 1
+            steps.append({"obs": frame, "action": a[0], "reward": torch.tensor(0.0), "success": torch.tensor(True),
+                          "intervened": manual is not None, "version": self.version, "past_success": True})
+            frame = nxt
+        return frame
 
     def _apply_label(self, res: Any, since: float) -> str | None:
         """The operator's label since the episode started ends it here: "success" as a success
@@ -217,7 +247,8 @@ class Actor:
         res.final_obs = res.obs
         res.reward, res.info["success"] = torch.tensor([float(won)]), torch.tensor([won])
         res.terminated, res.truncated = torch.tensor([won]), torch.tensor([not won])
-        res.obs, _ = self.env.reset()
+        if getattr(self.env, "autoreset", True):
+            res.obs, _ = self.env.reset()
         log.info("actor: the operator's label ends the episode: %s", label)
         return label
 

@@ -42,6 +42,7 @@ class ActorConfig:
     seed: int = 0
     lockstep: bool = False  # wait after each training step until the learner has done its updates (twins)
     keep_success_frame: bool = True  # record the state a success was seen in as one more row (reward classifier data)
+    frames_after_success: int = 0  # then act this many steps more and record their frames too (positives; not RL)
 
     def __post_init__(self) -> None:
         if self.on_learner_loss not in ON_LEARNER_LOSS:
@@ -49,6 +50,9 @@ class ActorConfig:
                                       f"allowed: {', '.join(ON_LEARNER_LOSS)}")
         if self.episodes < 0 or self.eval_every < 0 or self.eval_episodes < 0 or not self.learner_timeout_s > 0:
             raise FinetuneConfigError("actor.episodes, eval_every, eval_episodes, learner_timeout_s: must be >= 0 (> 0)")
+        if self.frames_after_success < 0 or (self.frames_after_success and not self.keep_success_frame):
+            raise FinetuneConfigError(f"actor.frames_after_success: {self.frames_after_success}; allowed: >= 0, "
+                                      "and 0 with actor.keep_success_frame: false")
 
 
 @dataclass

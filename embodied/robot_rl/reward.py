@@ -2,8 +2,9 @@
 
 Labels come from recorded episodes (LeRobot v3): a frame is a success state when an earlier step
 of its episode reached success (`next.success` of the row before). The actor keeps the state a
-success was seen in as one more row (actor.keep_success_frame), so its recordings hold positive
-frames; demonstrations from `embodied collect` end at the success step and hold none.
+success was seen in as one more row (actor.keep_success_frame), and with
+actor.frames_after_success N frames past it, so its recordings hold positive frames;
+demonstrations from `embodied collect` end at the success step and hold none.
 
   input   obs_key "state" / "privileged": float [N, D] -> MLP (normalised by the training frames)
           obs_key "rgb_<cam>": uint8 [N, H, W, 3] -> small CNN (3 strided convs, global pooling)

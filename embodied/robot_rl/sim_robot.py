@@ -9,7 +9,10 @@ What matches `embodied robot-sim TASK` behind RobotEnv: observations "state" [1,
 [1, H, W, 3] at robot.image_size; reward = success (sparse; with sim.reward: dense the task's
 shaped reward, which no robot gives), terminated = success, truncated at
 robot.max_episode_steps (a task's failure: truncated at once); the final observation of a finished episode is its last frame and
-the next episode starts inside `step` (auto-reset); `reset(seed)` for held-out seeds.
+the next episode starts inside `step` (auto-reset); `reset(seed)` for held-out seeds. With
+`autoreset = False` a finished episode's last frame stays the newest (`step` returns it as obs)
+and `step_past_end` returns it again, as robot-sim holds a finished episode until a reset;
+`reset()` (no seed) then starts the episode the env had already begun.
 Commands pass robot.safety (SafeVecEnv: a refused command becomes a hold, as the simulator must
 step); an e-stop makes every later step an EnvError, as on the robot."""
 
@@ -64,10 +67,15 @@ class SimRobot:
         self.safety = self.env.filters[0]
         self.obs: Obs | None = None
         self.new_episode = True  # the newest frame starts an episode
+        self.autoreset = True  # False: a finished episode holds its last frame until reset()
+        self._next: Obs | None = None  # autoreset False: the next episode's first frame, already begun
 
     def reset(self, seed: Seed = None, env_ids: torch.Tensor | None = None) -> tuple[Obs, dict]:
-        self.obs, info = self.env.reset(seed=seed)
-        self.new_episode = True
+        if self._next is not None and seed is None:
+            self.obs, info = self._next, {}
+        else:
+            self.obs, info = self.env.reset(seed=seed)
+        self._next, self.new_episode = None, True
         return self.obs, info
 
     def step(self, action: torch.Tensor) -> StepResult:
@@ -80,8 +88,16 @@ class SimRobot:
         res.truncated = (res.truncated | res.terminated) & ~success
         res.reward = success.float() if self.sparse else res.reward.float()
         res.terminated = success
-        self.obs, self.new_episode = res.obs, bool(res.done[0])
+        if bool(res.done[0]) and not self.autoreset:
+            self._next, res.obs = res.obs, res.final_obs
+        self.obs, self.new_episode = res.obs, bool(res.done[0]) and self.autoreset
         return res
+
+    def step_past_end(self, action: torch.Tensor) -> Obs:
+        """After a finished episode (autoreset False): the twin holds its last frame until reset."""
+        if self.safety.estopped:
+            raise EnvError("robot: e-stop engaged; no further commands (clear it on the robot, then restart)")
+        return self.obs
 
     def close(self) -> None:
         self.env.close()
