@@ -11,6 +11,14 @@ resample for every checkpoint, in both environments).
       --checkpoints runs/ppo_a runs/ppo_b --every 2 --out rank.json
   python benchmarks/bench_world_model.py by-run rank.json   # per run, intervals over checkpoints
 
+rank --probe T --probe-horizon H2 also plays every start once more in a model whose success
+threshold is T and whose horizon is H2, and records each episode's highest success probability
+within the task's horizon and within H2. Up to the first step above a threshold t <= T the
+episode is the same as in a model with threshold t, so `thresholds rank.json` gives the model's
+success at every t <= T, within either horizon, and the agreement each gives.
+
+  python benchmarks/bench_world_model.py thresholds rank.json --ts 0.1,0.2,0.3,0.5,0.7,0.9
+
 transfer: a weak checkpoint trains with PPO (its config's recipe) inside the world model
 only; every --eval-every iterations it is scored in the simulator and in the model from the
 same initial states.
@@ -115,6 +123,40 @@ def success_in_wm(policy, wm: str, starts: torch.Tensor, instructions: list[str]
     return np.concatenate(succ_all), np.concatenate(unc_all)
 
 
+@torch.no_grad()
+def probe_in_wm(policy, wm: str, starts: torch.Tensor, instructions: list[str], threshold: float,
+                horizon: int, batch: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """(highest success probability within the task's horizon [N], within `horizon` [N]) of one
+    deterministic episode from each start, in the model with success threshold `threshold` and
+    horizon `horizon`; an env counts its first episode only."""
+    from embodied.rollout import env_step
+    from sims.world_model.env import WorldModelVecEnv
+
+    B = min(batch, len(starts))
+    env = WorldModelVecEnv(wm, B, success_threshold=threshold, max_episode_steps=horizon)
+    task_h = WorldModelVecEnv(wm, 1).spec.max_episode_steps
+    p_h, p_long = [], []
+    for s in range(0, len(starts), B):
+        n = len(starts[s:s + B])
+        pad = lambda v: torch.cat([v[s:s + B], v[s:s + B][-1:].expand(B - n, *v.shape[1:])])  # noqa: E731
+        ins = instructions[s:s + B]
+        obs, _ = env.reset_to(pad(starts), ins + [ins[-1]] * (B - n))
+        active, t = torch.ones(B, dtype=torch.bool), torch.zeros(B, dtype=torch.long)
+        ph, pl = torch.zeros(B), torch.zeros(B)
+        while active[:n].any():
+            res = env_step(env, policy.act(obs, deterministic=True).actions)
+            steps = t[:, None] + torch.cumsum(res.valid.long(), 1)  # [B, K]: each step's index in the episode
+            p = torch.where(res.valid & active[:, None], res.info["success_p"], torch.zeros(()))
+            pl = torch.maximum(pl, p.max(1).values)
+            ph = torch.maximum(ph, torch.where(steps <= task_h, p, torch.zeros(())).max(1).values)
+            t = steps[:, -1]
+            active &= ~res.done
+            obs = res.obs
+        p_h.append(ph[:n].numpy())
+        p_long.append(pl[:n].numpy())
+    return np.concatenate(p_h), np.concatenate(p_long)
+
+
 def agreement(sim: np.ndarray, wm: np.ndarray, reps: int = 2000, seed: int = 0) -> dict:
     """sim, wm: bool [C, N] (checkpoint x seed). Point values and 95% bootstrap intervals over seeds."""
     from embodied.stats import mmrv, pearson, spearman
@@ -154,9 +196,10 @@ def by_run(rows: list[dict], reps: int = 2000, seed: int = 0) -> dict:
             i = rng.integers(len(a), size=len(a))
             boot.append(spearman(a[i], b[i]) if len(set(a[i])) > 1 and len(set(b[i])) > 1 else np.nan)
         boot = np.array(boot)
+        boot = boot[np.isfinite(boot)]
         out[name] = {"checkpoints": len(sel), "spearman": spearman(a, b), "pearson": pearson(a, b),
-                     "mmrv": mmrv(a, b),
-                     "spearman_ci95_checkpoints": np.percentile(boot[np.isfinite(boot)], [2.5, 97.5]).tolist()}
+                     "mmrv": mmrv(a, b), "spearman_ci95_checkpoints":
+                     np.percentile(boot, [2.5, 97.5]).tolist() if len(boot) else [float("nan")] * 2}
     return out
 
 
@@ -178,9 +221,33 @@ def cmd_rank(args: argparse.Namespace) -> dict:
         rows.append({"checkpoint": f"{ckpt.parent.parent.name}/{ckpt.name}", "sim": float(s.mean()),
                      "wm": float(w.mean()), "wm_uncertain": float(u.mean()),
                      "sim_seconds": round(t1 - t0, 1), "wm_seconds": round(t2 - t1, 1)})
+        if args.probe:
+            ph, pl = probe_in_wm(policy, args.wm, starts, instr, args.probe, args.probe_horizon)
+            rows[-1].update(sim_each=s.astype(int).tolist(), p_task_horizon=np.round(ph, 4).tolist(),
+                            p_probe_horizon=np.round(pl, 4).tolist(),
+                            probe_matches=bool(((ph > 0.5) == w).all()))
         print(json.dumps(rows[-1]), flush=True)
-    return {"task": args.task, "seeds": args.seeds, "reward_mode": args.reward_mode, "rows": rows,
+    return {"task": args.task, "seeds": args.seeds, "reward_mode": args.reward_mode, "probe": args.probe,
+            "probe_horizon": args.probe_horizon, "rows": rows,
             "agreement": agreement(np.stack(sim), np.stack(wm)), "by_run": by_run(rows)}
+
+
+def thresholds(rank: dict, ts: list[float]) -> dict:
+    """From a rank JSON made with --probe: per threshold and horizon, the model's success of every
+    checkpoint, its mean minus the simulator's, and the agreement by run (intervals over checkpoints)."""
+    rows = rank["rows"]
+    if "p_task_horizon" not in rows[0]:
+        raise SystemExit("thresholds: the rank JSON has no probe columns; make it with rank --probe T")
+    out = {}
+    for key, name in (("p_task_horizon", "task_horizon"), ("p_probe_horizon", f"horizon_{rank['probe_horizon']}")):
+        for t in ts:
+            if t > rank["probe"]:
+                raise SystemExit(f"--ts: {t} is above the probe threshold {rank['probe']}; allowed: t <= {rank['probe']}")
+            rs = [{**r, "wm": float((np.array(r[key]) > t).mean())} for r in rows]
+            out[f"{name}@{t}"] = {"wm": {r["checkpoint"]: r["wm"] for r in rs},
+                                  "mean_wm_minus_sim": float(np.mean([r["wm"] - r["sim"] for r in rs])),
+                                  "by_run": by_run(rs)}
+    return out
 
 
 def cmd_transfer(args: argparse.Namespace) -> dict:
@@ -266,8 +333,14 @@ def main() -> None:
     r.add_argument("--seeds", type=int, default=128)
     r.add_argument("--reward-mode", default="dense", choices=["dense", "sparse", "task"],
                    help="task: success is the task's check on the decoded state, not the success head")
+    r.add_argument("--probe", type=float, default=None,
+                   help="also record each episode's highest success probability, in a model with this threshold")
+    r.add_argument("--probe-horizon", type=int, default=100, help="the probe's horizon (steps)")
     b = sub.add_parser("by-run", help="agreement per run of a rank JSON, intervals over checkpoints")
     b.add_argument("rank_json")
+    th = sub.add_parser("thresholds", help="model success and agreement per success threshold (rank --probe)")
+    th.add_argument("rank_json")
+    th.add_argument("--ts", default="0.1,0.2,0.3,0.5,0.7,0.9")
     t = sub.add_parser("transfer")
     t.add_argument("--wm", required=True)
     t.add_argument("--start", required=True, help="the weak checkpoint to start from")
@@ -290,6 +363,10 @@ def main() -> None:
     torch.set_num_threads(1)
     if args.cmd == "by-run":
         print(json.dumps(by_run(json.loads(Path(args.rank_json).read_text())["rows"]), indent=1))
+        return
+    if args.cmd == "thresholds":
+        print(json.dumps(thresholds(json.loads(Path(args.rank_json).read_text()),
+                                    [float(t) for t in args.ts.split(",")]), indent=1))
         return
     result = {"rank": cmd_rank, "transfer": cmd_transfer, "throughput": cmd_throughput}[args.cmd](args)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,8 @@ keyframe_every > 0 also a mid-trajectory keyframe (the episode clock then starts
 frame's index). Equal seeds give equal reset frames. A step advances every member of the
 ensemble from the env's latent; the next latent is their mean. A seeded reset also reseeds the
 stream that later auto-resets draw from.
-- terminated: the success head's probability > 0.5, or the done head's;
+- terminated: the success head's probability > success_threshold (default 0.5;
+  info["success_p"] holds the probability), or the done head's > 0.5;
 - truncated: the task's horizon, or the ensemble disagreement above the checkpoint's
   threshold (info["uncertain"] says which rows; info["disagreement"] holds its value);
 - reward: the reward head minus uncertainty_lambda * disagreement (reward_mode "dense"), or
@@ -39,17 +40,25 @@ class WorldModelVecEnv(VecEnv):
     """path: a checkpoint of `embodied world-model train`. expected_task: if given, the task
     the checkpoint must model. max_episode_steps: override the task's horizon. seed: seeds the
     reset stream until the first seeded reset. obs_mode "rgb" serves `cameras` (default: all the
-    model's; each must be one of them) at the model's image_size (a given one must match)."""
+    model's; each must be one of them) at the model's image_size (a given one must match).
+    success_threshold: the success head's probability above which a step is a success.
+    uncertainty_scale: multiplies the checkpoint's disagreement threshold (< 1: truncate sooner)."""
 
     def __init__(self, path: str, num_envs: int, *, obs_mode: str = "state", expected_task: str | None = None,
                  max_episode_steps: int | None = None, seed: int | None = None, keyframes: bool = True,
                  reward_mode: str = "dense", cameras: Sequence[str] | None = None,
-                 image_size: int | Sequence[int] | None = None):
+                 image_size: int | Sequence[int] | None = None, success_threshold: float = 0.5,
+                 uncertainty_scale: float = 1.0):
         if reward_mode not in ("dense", "sparse", "task"):
             raise EnvError(f"reward_mode: {reward_mode!r} is not built for world models; allowed: dense "
                            "(the reward head), sparse (the success head), task (the task's terms on the "
                            "decoded state)")
         self.reward_mode = reward_mode
+        if not 0.0 < float(success_threshold) < 1.0:
+            raise EnvError(f"success_threshold: expected a probability in (0, 1), got {success_threshold!r}")
+        self.success_threshold = float(success_threshold)
+        if not float(uncertainty_scale) > 0.0:
+            raise EnvError(f"uncertainty_scale: expected a positive number, got {uncertainty_scale!r}")
         if obs_mode not in ("state", "rgb"):
             raise EnvError(f"obs_mode: {obs_mode!r} is not built for world models; allowed: state, rgb")
         if not isinstance(num_envs, int) or num_envs < 1:
@@ -57,6 +66,7 @@ class WorldModelVecEnv(VecEnv):
         self.model, self.resets = load_world_model(path, expected_task)
         cfg = self.model.cfg
         self.cfg = cfg
+        self.uncertainty_threshold = cfg.disagreement_threshold * float(uncertainty_scale)
         self.obs_mode = obs_mode
         self.cameras = self._served_cameras(path, cameras, image_size) if obs_mode == "rgb" else ()
         if reward_mode == "task":
@@ -191,16 +201,17 @@ class WorldModelVecEnv(VecEnv):
             success, terminated = torch.from_numpy(succ), torch.from_numpy(succ | fail)
             base = torch.from_numpy((p1 - p0 + succ).astype(np.float32))
         else:
-            success = out["success_p"] > 0.5
+            success = out["success_p"] > self.success_threshold
             terminated = success | (out["done_p"] > 0.5)
             base = out["reward"] if self.reward_mode == "dense" else success.float()
-        uncertain = out["disagreement"] > self.cfg.disagreement_threshold
+        uncertain = out["disagreement"] > self.uncertainty_threshold
         horizon = torch.from_numpy(self._elapsed[rows] >= self.spec.max_episode_steps)
         truncated = (horizon | uncertain) & ~terminated
         reward = base - self.cfg.uncertainty_lambda * out["disagreement"]
         return {"reward": reward.float(), "terminated": terminated, "truncated": truncated,
                 "success": success, "uncertain": uncertain & truncated,
-                "disagreement": out["disagreement"].float()}
+                "disagreement": out["disagreement"].float(),
+                "success_p": success.float() if self.reward_mode == "task" else out["success_p"].float()}
 
     def step(self, action: torch.Tensor) -> StepResult:
         check_action(action, self.spec)
@@ -212,7 +223,7 @@ class WorldModelVecEnv(VecEnv):
             final = self._obs(self._x, self._instr)
             ids = done.nonzero().flatten().numpy()
             self._reset_rows(ids, self._pick(len(ids), None))
-        info = {k: res[k] for k in ("success", "uncertain", "disagreement")}
+        info = {k: res[k] for k in ("success", "uncertain", "disagreement", "success_p")}
         return StepResult(self._obs(self._x, self._instr), res["reward"], res["terminated"], res["truncated"],
                           info, final)
 
@@ -220,7 +231,7 @@ class WorldModelVecEnv(VecEnv):
         check_action(actions, self.spec, chunk=True)
         B, K = actions.shape[:2]
         a = actions.detach().float().clamp(self.spec.action_low, self.spec.action_high)
-        reward, dis = torch.zeros(B, K), torch.zeros(B, K)
+        reward, dis, succ_p = torch.zeros(B, K), torch.zeros(B, K), torch.zeros(B, K)
         flags = {n: torch.zeros(B, K, dtype=torch.bool) for n in ("terminated", "truncated", "success",
                                                                    "uncertain", "valid")}
         live = np.ones(B, dtype=bool)
@@ -229,7 +240,7 @@ class WorldModelVecEnv(VecEnv):
             if len(rows) == 0:
                 break
             res = self._advance(a[rows, k], rows)
-            reward[rows, k], dis[rows, k] = res["reward"], res["disagreement"]
+            reward[rows, k], dis[rows, k], succ_p[rows, k] = res["reward"], res["disagreement"], res["success_p"]
             for n in ("terminated", "truncated", "success", "uncertain"):
                 flags[n][rows, k] = res[n]
             flags["valid"][rows, k] = True
@@ -240,7 +251,8 @@ class WorldModelVecEnv(VecEnv):
             final = self._obs(self._x, self._instr)
             ids = np.nonzero(done)[0]
             self._reset_rows(ids, self._pick(len(ids), None))
-        info = {"success": flags["success"], "uncertain": flags["uncertain"], "disagreement": dis}
+        info = {"success": flags["success"], "uncertain": flags["uncertain"], "disagreement": dis,
+                "success_p": succ_p}
         return ChunkStepResult(self._obs(self._x, self._instr), reward, flags["terminated"], flags["truncated"],
                                info, flags["valid"], final)
 
