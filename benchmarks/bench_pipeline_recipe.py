@@ -12,8 +12,14 @@ milliseconds per env step (what pipelining costs, whatever the load), and each r
 seconds per iteration with their CPU seconds (measured inside the roles, as TensorBoard's
 time/<role>_busy_seconds; idle = the iteration's wall seconds minus busy).
 
+--stale K instead compares train.max_staleness K with 0 on Ray (2 env workers, 1 stage,
+`ray.init(num_cpus=2)`; the learner in its own process, so its update can overlap the next
+collection): `train_roles` runs 1 + `--iterations` iterations per run, the first is the
+warm-up, and each later iteration's wall seconds are its logging window (a role's busy plus
+idle seconds in the history).
+
 Usage: python benchmarks/bench_pipeline_recipe.py configs/rl_pushcube_flow_noise.yaml
-           [--iterations 3] [--repeats 2] [--set policy.init_from=DIR ...]
+           [--iterations 3] [--repeats 2] [--stale K] [--set policy.init_from=DIR ...]
 A VLA recipe starts from its SFT checkpoint (policy.init_from); its weights do not change
 the work per step, any checkpoint of the same architecture measures the same. The load
 average is printed before and after: with other jobs on the machine the ratio is not the
@@ -81,17 +87,67 @@ def run(cfg: ExperimentConfig, mode: str, iterations: int) -> dict[str, float]:
         backend.shutdown()
 
 
+def run_stale(cfg: ExperimentConfig, k: int, iterations: int) -> dict[str, float]:
+    """One run on Ray through train_roles with max_staleness k -> the same keys as `run` (the
+    collection alone and CPU time are not measured: the roles are other processes)."""
+    from embodied.distributed.loop import train_roles
+
+    hist = train_roles(cfg, preset("collocated", env_workers=2), "ray", 1 + iterations, max_staleness=k)["history"]
+    timed = hist[1:]  # after the warm-up iteration
+    wall = sum(h["learner_busy_seconds"] + h["learner_idle_seconds"] for h in timed)
+    out = {"steps_per_s": sum(h["env_steps"] for h in timed) / wall, "iteration_s": wall / iterations,
+           "staleness": max(h["staleness"] for h in timed)}
+    out.update({f"{r}_{x}_seconds": statistics.mean(h[f"{r}_{x}_seconds"] for h in timed)
+                for r in ROLES for x in ("busy", "cpu")})
+    return out
+
+
+def stale(cfg: ExperimentConfig, args: argparse.Namespace) -> None:
+    """Print max_staleness K vs 0 on Ray (module doc)."""
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        runs: dict[str, list[dict[str, float]]] = {"sync": [], f"stale {args.stale}": []}
+        for _ in range(args.repeats):
+            for mode in runs:
+                r = run_stale(cfg, 0 if mode == "sync" else args.stale, args.iterations)
+                runs[mode].append(r)
+                print(f"  {mode:<8} {r['steps_per_s']:7.1f} env steps/s, {r['iteration_s']:.1f} s per iteration, "
+                      f"staleness up to {r['staleness']:.0f}; load {os.getloadavg()[0]:.2f}", flush=True)
+    finally:
+        ray.shutdown()
+    med = {mode: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for mode, rs in runs.items()}
+    sync = med["sync"]["steps_per_s"]
+    print(f"{'mode':<8} {'env steps/s':>11} {'vs sync':>8}  busy (CPU) s per iteration: env, rollout, learner")
+    for mode, m in med.items():
+        busy = ", ".join(f"{m[f'{k}_busy_seconds']:.2f} ({m[f'{k}_cpu_seconds']:.2f})" for k in ROLES)
+        print(f"{mode:<8} {m['steps_per_s']:>11.1f} {m['steps_per_s'] / sync:>7.2f}x  {busy}; "
+              f"{m['iteration_s']:.1f} s wall")
+    print(f"load average after {os.getloadavg()[0]:.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("config", help="a recipe config (PPO), e.g. configs/rl_pushcube_flow_noise.yaml")
     ap.add_argument("--iterations", type=int, default=3, help="timed iterations per run")
     ap.add_argument("--repeats", type=int, default=2, help="runs per mode (alternating)")
+    ap.add_argument("--stale", type=int, default=0, metavar="K",
+                    help="compare train.max_staleness K with 0 on Ray instead (module doc)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config overrides")
     args = ap.parse_args()
     cfg = load_config(args.config, args.set)
     if cfg.train.algorithm != "ppo":
         raise SystemExit(f"train.algorithm: {cfg.train.algorithm!r}; allowed: ppo (GRPO runs one stage)")
+    if args.stale < 0:
+        raise SystemExit(f"--stale: {args.stale}; allowed: an integer >= 1 (0: the pipeline comparison)")
     per_it = cfg.env.num_envs * cfg.ppo.rollout_steps
+    if args.stale:
+        print(f"{args.config}: {cfg.env.task}, {cfg.env.num_envs} envs x {cfg.ppo.rollout_steps} policy steps per "
+              f"iteration, {args.iterations} timed iterations x {args.repeats} runs per mode, backend ray, 2 env "
+              f"workers; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+        stale(cfg, args)
+        return
     print(f"{args.config}: {cfg.env.task}, {cfg.env.num_envs} envs x {cfg.ppo.rollout_steps} policy steps per "
           f"iteration, {args.iterations} timed iterations x {args.repeats} runs per mode, backend local, 2 env "
           f"workers, torch 1 thread; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
