@@ -171,3 +171,37 @@ def test_config_errors_are_one_line():
         SACConfig(gamma=1.5)
     with pytest.raises(ValueError, match=r"^sac\.subsample"):
         SACConfig(ensemble=2, subsample=3)
+
+
+def test_image_observations_share_one_encoder_trained_by_the_critic(tmp_path):
+    from embodied.robot_rl.data import load_policy, save_policy
+    from embodied.robot_rl.obs import check_obs_key, image_of, obs_vector
+
+    obs = {"rgb_front": torch.randint(0, 256, (3, 8, 8, 3), dtype=torch.uint8), "state": torch.randn(3, 9)}
+    v = obs_vector(obs, "rgb_front+state")
+    assert v.shape == (3, 8 * 8 * 3 + 9) and torch.equal(v[1, :192], obs["rgb_front"][1].reshape(-1).float())
+    assert image_of("rgb_front+state", (8, 8)) == (8, 8) and image_of("state", (8, 8)) is None
+    check_obs_key("rgb_front+state", ("front",))
+    with pytest.raises(ValueError, match=r"^obs_key: a camera comes first, and once; allowed: state, privileged, "
+                                         r"rgb_front \(robot.image_topics\), joined by '\+'$"):
+        check_obs_key("state+rgb_front", ("front",))
+    with pytest.raises(ValueError, match=r"^obs_key: unknown 'rgb_wrist'; allowed: "):
+        check_obs_key("rgb_wrist", ("front",))
+    torch.manual_seed(0)
+    agent = SACAgent(v.shape[1], 4, SACConfig(hidden=(16, 16), batch_size=8), image=(8, 8))
+    assert agent.actor.encoder is agent.critic.encoder and agent.target.encoder is not agent.critic.encoder
+    in_actor_opt = {id(p) for g in agent.opt_actor.param_groups for p in g["params"]}
+    assert not in_actor_opt & {id(p) for p in agent.critic.encoder.parameters()}
+    b = {"obs": torch.cat([v, v])[:6], "action": torch.rand(6, 4) * 2 - 1, "reward": torch.ones(6),
+         "next_obs": torch.cat([v, v])[:6], "terminated": torch.ones(6)}
+    enc = [p.detach().clone() for p in agent.critic.encoder.parameters()]
+    head = [p.detach().clone() for p in agent.actor.body.parameters()]
+    agent.actor_step(b)  # the actor's loss moves its head, not the shared encoder
+    assert all(torch.equal(a, p) for a, p in zip(enc, agent.critic.encoder.parameters()))
+    assert not all(torch.equal(a, p) for a, p in zip(head, agent.actor.body.parameters()))
+    agent.critic_step(b)
+    assert not all(torch.equal(a, p) for a, p in zip(enc, agent.critic.encoder.parameters()))
+    save_policy(tmp_path / "p.safetensors", agent.actor, 3, (16, 16))
+    actor, version = load_policy(tmp_path / "p.safetensors")
+    assert version == 3 and actor.encoder.image == (8, 8)
+    assert torch.equal(actor.sample(v, deterministic=True)[0], agent.actor.sample(v, deterministic=True)[0])

@@ -30,6 +30,7 @@ from embodied.robot_rl.config import FinetuneConfig
 from embodied.robot_rl.data import load_policy
 from embodied.robot_rl.labels import Labels
 from embodied.robot_rl.link import ActorLink, to_wire
+from embodied.robot_rl.obs import obs_vector
 from embodied.robot_rl.residual import BasePolicy, compose, residual_of
 from embodied.robot_rl.sim_robot import SimOperator, SimRobot
 from robot_bridge.robot_env import RobotEnv
@@ -126,7 +127,7 @@ class Actor:
     # ------------------------------------------------------------------ episodes
     def _policy_obs(self, obs: dict) -> torch.Tensor:
         """What the policy reads [1, D]: obs[obs_key], with residual followed by the base action."""
-        o = obs[self.cfg.obs_key].float()
+        o = obs_vector(obs, self.cfg.obs_key)
         return o if self.base is None else torch.cat([o, obs["base_action"]], -1)
 
     def _based(self, obs: dict, fresh: bool = False) -> dict:

@@ -55,14 +55,17 @@ class SACConfig:
 class SACAgent:
     """actor (TanhGaussianActor), critic and target critic (EnsembleCritic), log_alpha."""
 
-    def __init__(self, obs_dim: int, action_dim: int, cfg: SACConfig):
+    def __init__(self, obs_dim: int, action_dim: int, cfg: SACConfig, image: tuple[int, int] | None = None):
         self.cfg = cfg
-        self.actor = TanhGaussianActor(obs_dim, action_dim, cfg.hidden)
-        self.critic = EnsembleCritic(obs_dim, action_dim, cfg.ensemble, cfg.hidden)
+        self.actor = TanhGaussianActor(obs_dim, action_dim, cfg.hidden, image)
+        self.critic = EnsembleCritic(obs_dim, action_dim, cfg.ensemble, cfg.hidden, image)
+        if image:  # one encoder: the critic's loss trains it, the actor reads it detached (DrQ)
+            self.actor.encoder, self.actor.detach_encoder = self.critic.encoder, True
         self.target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.tensor(math.log(cfg.init_temperature), requires_grad=True)
         self.target_entropy = -action_dim / 2 if cfg.target_entropy is None else cfg.target_entropy
-        self.opt_actor = torch.optim.Adam(self.actor.parameters(), lr=cfg.lr)
+        self.opt_actor = torch.optim.Adam([p for n, p in self.actor.named_parameters() if not n.startswith("encoder.")],
+                                          lr=cfg.lr)
         self.opt_critic = torch.optim.Adam(self.critic.parameters(), lr=cfg.lr)
         self.opt_alpha = torch.optim.Adam([self.log_alpha], lr=cfg.lr)
         self.updates = 0

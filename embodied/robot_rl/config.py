@@ -16,6 +16,7 @@ import yaml
 
 from embodied.robot_rl.agent import SACConfig
 from embodied.robot_rl.labels import LabelConfig
+from embodied.robot_rl.obs import check_obs_key, obs_keys
 from embodied.robot_rl.residual import ResidualConfig
 from embodied.robot_rl.sim_robot import SimConfig
 from robot_bridge.robot_env import RobotEnvConfig
@@ -82,7 +83,7 @@ class InitConfig:
 class FinetuneConfig:
     run_dir: str = "runs/finetune"
     demos: str | None = None  # a LeRobot v3 dataset of demonstrations (embodied collect)
-    obs_key: str = "privileged"  # the observation the policy reads (state or privileged)
+    obs_key: str = "privileged"  # what the policy reads: state, privileged, rgb_<cam>+state (embodied/robot_rl/obs.py)
     reward_classifier: str | None = None  # with robot.success: classifier (embodied reward train)
     robot: RobotEnvConfig = field(default_factory=RobotEnvConfig)
     sac: SACConfig = field(default_factory=SACConfig)
@@ -95,9 +96,14 @@ class FinetuneConfig:
     init: InitConfig = field(default_factory=InitConfig)
 
     def __post_init__(self) -> None:
-        if self.obs_key not in ("state", "privileged"):
-            raise FinetuneConfigError(f"obs_key: unknown {self.obs_key!r}; allowed: state, privileged")
-        if self.obs_key == "privileged" and not self.robot.privileged_topic:
+        try:
+            check_obs_key(self.obs_key, tuple(self.robot.image_topics))
+        except ValueError as e:
+            raise FinetuneConfigError(str(e)) from None
+        if self.residual is not None and self.obs_key.startswith("rgb_"):
+            raise FinetuneConfigError("obs_key: a camera with residual (the VLA reads the images); allowed with "
+                                      "residual: state, privileged")
+        if "privileged" in obs_keys(self.obs_key) and not self.robot.privileged_topic:
             raise FinetuneConfigError("obs_key: 'privileged' needs robot.privileged_topic")
         if self.robot.success == "classifier" and not self.reward_classifier:
             raise FinetuneConfigError("reward_classifier: robot.success 'classifier' needs one (embodied reward train)")

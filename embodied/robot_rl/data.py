@@ -1,7 +1,8 @@
 """What the finetuning run keeps on disk: the policy weights it acts with, and its episodes
 (LeRobot v3, embodied/dataset.py) turned back into transitions.
 
-  run_dir/policy.safetensors   the actor network's weights; metadata: version, obs_dim, action_dim, hidden
+  run_dir/policy.safetensors   the actor network's weights; metadata: version, obs_dim, action_dim, hidden,
+                               image (the camera frame's H, W, or null)
   run_dir/online/              every training episode the actor ran (LeRobot v3), with the columns
                                complementary_info.is_intervention and complementary_info.weight_version
   run_dir/learner.pt           the learner's state (networks, optimisers, temperature, counters)
@@ -30,7 +31,8 @@ def save_policy(path: str | Path, actor: TanhGaussianActor, version: int, hidden
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     sd = {k: v.detach().contiguous().clone() for k, v in actor.state_dict().items()}
     meta = {"version": str(version), "obs_dim": str(actor.norm.mean.numel()), "action_dim": str(actor.action_dim),
-            "hidden": json.dumps(list(hidden))}
+            "hidden": json.dumps(list(hidden)),
+            "image": json.dumps(list(actor.encoder.image) if actor.encoder is not None else None)}
     save_file(sd, str(tmp), metadata=meta)
     os.replace(tmp, path)
 
@@ -41,7 +43,9 @@ def load_policy(path: str | Path) -> tuple[TanhGaussianActor, int]:
 
     with safe_open(str(path), "pt") as f:
         meta = f.metadata()
-    actor = TanhGaussianActor(int(meta["obs_dim"]), int(meta["action_dim"]), tuple(json.loads(meta["hidden"])))
+    image = json.loads(meta.get("image", "null"))
+    actor = TanhGaussianActor(int(meta["obs_dim"]), int(meta["action_dim"]), tuple(json.loads(meta["hidden"])),
+                              tuple(image) if image else None)
     actor.load_state_dict(load_file(str(path)))
     return actor, int(meta["version"])
 
@@ -56,17 +60,19 @@ def dataset_transitions(root: str | Path, obs_key: str, episodes: list[int] | No
     residual_scale: the run's episodes of a residual on a VLA (embodied/robot_rl/residual.py):
     obs is [obs_key, base_action] and the action the residual that explains the executed one.
     Returns (transitions, episode indices read)."""
-    key = f"obs.{obs_key}"
+    from embodied.robot_rl.obs import obs_keys, obs_vector
+
     out, read = [], []
     order = sorted(episodes) if episodes is not None else itertools.count()
     for index, ep in zip(order, read_episodes(root, episodes)):  # read_episodes yields in index order
         if index in skip:
             continue
-        if key not in ep:
-            raise DatasetError(f"{root}: episodes have no {key} (obs_key {obs_key!r}); "
-                               f"they have {sorted(k for k in ep if k.startswith('obs.'))}")
+        for key in (f"obs.{k}" for k in obs_keys(obs_key)):
+            if key not in ep:
+                raise DatasetError(f"{root}: episodes have no {key} (obs_key {obs_key!r}); "
+                                   f"they have {sorted(k for k in ep if k.startswith('obs.'))}")
         success = ep["success"].bool()
-        obs, action = ep[key].float(), ep["action"].float()
+        obs, action = obs_vector(ep, obs_key, "obs."), ep["action"].float()
         if residual_scale is not None:
             if "base_action" not in ep:
                 raise DatasetError(f"{root}: episodes have no base_action (recorded without residual)")

@@ -32,6 +32,7 @@ from embodied.robot_rl.agent import SACAgent
 from embodied.robot_rl.config import FinetuneConfig
 from embodied.robot_rl.data import committed_episodes, dataset_transitions, load_policy, save_policy
 from embodied.robot_rl.link import connect_learner, poll_all, to_wire
+from embodied.robot_rl.obs import image_of
 from embodied.robot_rl.replay import Replay, mixed_batch
 from embodied.robot_rl.residual import zero_residual_actor
 
@@ -89,8 +90,9 @@ def prepare(cfg: FinetuneConfig) -> Path:
         raise DatasetError("demos: behaviour cloning (init.bc_episodes > 0) needs a demonstration dataset")
     obs = torch.stack([t["obs"] for t in demos])
     act = torch.stack([t["action"] for t in demos]).clamp(-1, 1)
-    agent = SACAgent(obs.shape[1], act.shape[1], cfg.sac)
+    agent = SACAgent(obs.shape[1], act.shape[1], cfg.sac, image_of(cfg.obs_key, cfg.robot.image_size))
     agent.set_obs_stats(obs)
+    agent.actor.detach_encoder = False  # behaviour cloning trains the encoder too
     g = torch.Generator().manual_seed(cfg.learner.seed)
     opt = torch.optim.Adam(agent.actor.parameters(), lr=cfg.init.bc_lr)
     for _ in range(cfg.init.bc_steps):
@@ -109,7 +111,8 @@ class Learner:
         self.cfg, self.dir = cfg, Path(cfg.run_dir)
         torch.manual_seed(cfg.learner.seed)
         actor, version = load_policy(prepare(cfg))
-        self.agent = SACAgent(actor.norm.mean.numel(), actor.action_dim, cfg.sac)
+        self.agent = SACAgent(actor.norm.mean.numel(), actor.action_dim, cfg.sac,
+                              actor.encoder.image if actor.encoder is not None else None)
         ckpt = self.dir / "learner.pt"
         if ckpt.exists():
             state = torch.load(ckpt, weights_only=True)
@@ -120,6 +123,8 @@ class Learner:
             self.agent.actor.load_state_dict(actor.state_dict())
             for net in (self.agent.critic, self.agent.target):
                 net.norm.load_state_dict(actor.norm.state_dict())
+                if actor.encoder is not None:  # the critic's is the actor's (shared); the target's a copy
+                    net.encoder.load_state_dict(actor.encoder.state_dict())
         self.demo, self.online = Replay(), Replay()
         demo_k = cfg.init.demo_episodes if cfg.init.demo_episodes is not None else cfg.init.bc_episodes
         for t in demo_transitions(self.cfg, demo_k):

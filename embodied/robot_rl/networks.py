@@ -1,6 +1,13 @@
 """Networks of the off-policy learner: a tanh-Gaussian actor and an ensemble critic with
 LayerNorm (RLPD). Observations are a flat float vector [N, D], normalised by fixed statistics
-(set once from the demonstrations, saved with the weights)."""
+(set once from the demonstrations, saved with the weights).
+
+With `image=(H, W)` the first H * W * 3 values of the vector are a camera frame (uint8 values
+as floats, row-major H, W, C: embodied/robot_rl/obs.py) read by a small conv encoder
+(`ConvEncoder`: three strided convolutions, 16-32-32 channels, a 64-wide LayerNorm + tanh
+embedding, as DrQ / SAC-AE); the rest is normalised as before. In the learner the actor and
+the critic share one encoder (SACAgent): the critic's loss trains it, the actor reads its
+features detached (DrQ)."""
 
 from __future__ import annotations
 
@@ -39,6 +46,34 @@ class ObsNorm(nn.Module):
         return ((obs - self.mean) / self.std).clamp(-10.0, 10.0)
 
 
+class ConvEncoder(nn.Module):
+    """frames [N, H * W * 3] (0..255) -> features [N, dim]."""
+
+    def __init__(self, image: tuple[int, int], dim: int = 64):
+        super().__init__()
+        self.image = (int(image[0]), int(image[1]))
+        self.pixels = self.image[0] * self.image[1] * 3
+        self.conv = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.ReLU(),
+                                  nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(),
+                                  nn.Conv2d(32, 32, 3, stride=2, padding=1), nn.ReLU(), nn.Flatten())
+        with torch.no_grad():
+            n = self.conv(torch.zeros(1, 3, *self.image)).shape[1]
+        self.head = nn.Sequential(nn.Linear(n, dim), nn.LayerNorm(dim), nn.Tanh())
+        self.dim = dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        img = x[:, :self.pixels].reshape(-1, *self.image, 3).permute(0, 3, 1, 2) / 255.0
+        return self.head(self.conv(img))
+
+
+def _embed(obs: torch.Tensor, norm: "ObsNorm", encoder: "ConvEncoder | None", detach: bool = False) -> torch.Tensor:
+    """The networks' input: normalised obs, or with an encoder [features, normalised rest]."""
+    if encoder is None:
+        return norm(obs)
+    f = encoder(obs)
+    return torch.cat([f.detach() if detach else f, norm(obs)[:, encoder.pixels:]], -1)
+
+
 def mlp(sizes: list[int], layer_norm: bool) -> nn.Sequential:
     layers: list[nn.Module] = []
     for i in range(len(sizes) - 1):
@@ -53,15 +88,19 @@ class TanhGaussianActor(nn.Module):
     """obs [N, D] -> action in (-1, 1)^A: tanh of a diagonal Gaussian whose log std is squashed
     into [LOG_STD_MIN, LOG_STD_MAX]."""
 
-    def __init__(self, obs_dim: int, action_dim: int, hidden: tuple[int, ...] = (256, 256)):
+    def __init__(self, obs_dim: int, action_dim: int, hidden: tuple[int, ...] = (256, 256),
+                 image: tuple[int, int] | None = None):
         super().__init__()
         self.norm = ObsNorm(obs_dim)
-        self.body = mlp([obs_dim, *hidden, 2 * action_dim], layer_norm=True)
+        self.encoder = ConvEncoder(image) if image else None
+        self.detach_encoder = False  # the learner's actor: the shared encoder's features, detached
+        d = obs_dim if self.encoder is None else self.encoder.dim + obs_dim - self.encoder.pixels
+        self.body = mlp([d, *hidden, 2 * action_dim], layer_norm=True)
         self.action_dim = action_dim
 
     def dist(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """mean, log_std [N, A] of the pre-squash Gaussian."""
-        mean, raw = self.body(self.norm(obs)).chunk(2, dim=-1)
+        mean, raw = self.body(_embed(obs, self.norm, self.encoder, self.detach_encoder)).chunk(2, dim=-1)
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(raw) + 1.0)
         return mean, log_std
 
@@ -105,11 +144,14 @@ class EnsembleCritic(nn.Module):
     """Q_e(obs, action) for e < E: obs [N, D], action [N, A] -> [E, N]. Each hidden layer is
     Linear -> LayerNorm -> ReLU (RLPD's critic)."""
 
-    def __init__(self, obs_dim: int, action_dim: int, ensemble: int = 2, hidden: tuple[int, ...] = (256, 256)):
+    def __init__(self, obs_dim: int, action_dim: int, ensemble: int = 2, hidden: tuple[int, ...] = (256, 256),
+                 image: tuple[int, int] | None = None):
         super().__init__()
         self.norm = ObsNorm(obs_dim)
+        self.encoder = ConvEncoder(image) if image else None
         self.ensemble = ensemble
-        sizes = [obs_dim + action_dim, *hidden, 1]
+        d = obs_dim if self.encoder is None else self.encoder.dim + obs_dim - self.encoder.pixels
+        sizes = [d + action_dim, *hidden, 1]
         layers: list[nn.Module] = []
         for i in range(len(sizes) - 1):
             layers.append(EnsembleLinear(ensemble, sizes[i], sizes[i + 1]))
@@ -118,5 +160,5 @@ class EnsembleCritic(nn.Module):
         self.body = nn.Sequential(*layers)
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        x = torch.cat([self.norm(obs), action], dim=-1)
+        x = torch.cat([_embed(obs, self.norm, self.encoder), action], dim=-1)
         return self.body(x.unsqueeze(0).expand(self.ensemble, -1, -1)).squeeze(-1)
