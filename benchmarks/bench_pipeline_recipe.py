@@ -14,9 +14,10 @@ time/<role>_busy_seconds; idle = the iteration's wall seconds minus busy).
 
 --stale K instead compares train.max_staleness K with 0 on Ray (2 env workers, 1 stage,
 `ray.init(num_cpus=2)`; the learner in its own process, so its update can overlap the next
-collection): `train_roles` runs 1 + `--iterations` iterations per run, the first is the
-warm-up, and each later iteration's wall seconds are its logging window (a role's busy plus
-idle seconds in the history).
+collection): `train_roles` runs 1 + `--iterations` + K iterations per run and times the
+logging windows (a role's busy plus idle seconds in the history) of iterations 1 to
+`--iterations`: each holds one update and one collect. The first window is the warm-up (with
+K > 0 it also holds the first K collects ahead) and the last K hold updates only (the drain).
 
 Usage: python benchmarks/bench_pipeline_recipe.py configs/rl_pushcube_flow_noise.yaml
            [--iterations 3] [--repeats 2] [--stale K] [--set policy.init_from=DIR ...]
@@ -92,8 +93,9 @@ def run_stale(cfg: ExperimentConfig, k: int, iterations: int) -> dict[str, float
     collection alone and CPU time are not measured: the roles are other processes)."""
     from embodied.distributed.loop import train_roles
 
-    hist = train_roles(cfg, preset("collocated", env_workers=2), "ray", 1 + iterations, max_staleness=k)["history"]
-    timed = hist[1:]  # after the warm-up iteration
+    hist = train_roles(cfg, preset("collocated", env_workers=2), "ray", 1 + iterations + k,
+                       max_staleness=k)["history"]
+    timed = hist[1:1 + iterations]  # one update and one collect each (module doc)
     wall = sum(h["learner_busy_seconds"] + h["learner_idle_seconds"] for h in timed)
     out = {"steps_per_s": sum(h["env_steps"] for h in timed) / wall, "iteration_s": wall / iterations,
            "staleness": max(h["staleness"] for h in timed)}
