@@ -75,13 +75,15 @@ def sim_starts(task: str, seeds: list[int]) -> tuple[torch.Tensor, list[str]]:
 
 
 @torch.no_grad()
-def success_in_sim(policy, task: str, seeds: list[int], batch: int = 64, obs_kw: dict | None = None) -> np.ndarray:
-    """Success [N] of one deterministic episode per seed; obs_kw: make_env's observation kwargs."""
+def success_in_sim(policy, task: str, seeds: list[int], batch: int = 64, obs_kw: dict | None = None,
+                   deterministic: bool = True) -> np.ndarray:
+    """Success [N] of one episode per seed (deterministic, or sampled from a stream seeded by the
+    seeds); obs_kw: make_env's observation kwargs."""
     from embodied.evaluate import evaluate
     from sims.registry import make_env
 
     env = make_env(task, min(batch, len(seeds)), **(obs_kw or {}))
-    res = evaluate(policy, env, seeds)
+    res = evaluate(policy, env, seeds, deterministic=deterministic)
     env.close()
     return np.array(res.successes, dtype=bool)
 
@@ -89,11 +91,21 @@ def success_in_sim(policy, task: str, seeds: list[int], batch: int = 64, obs_kw:
 @torch.no_grad()
 def success_in_wm(policy, wm: str, starts: torch.Tensor, instructions: list[str], batch: int = 64,
                   reward_mode: str = "dense", images: dict | None = None,
-                  obs_kw: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(success [N], ended by uncertainty truncation [N]) of one deterministic episode from each
-    start (starts [N, P]; images: camera -> [N, ...] first frames of an image model, obs_kw its
+                  obs_kw: dict | None = None, deterministic: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(success [N], ended by uncertainty truncation [N]) of one episode from each start
+    (starts [N, P]; images: camera -> [N, ...] first frames of an image model, obs_kw its
     observation kwargs); an env counts its first episode only. Success is the success head's, or
-    with reward_mode "task" the task's check on the decoded state."""
+    with reward_mode "task" the task's check on the decoded state. deterministic=False samples
+    the actions from torch's stream seeded with 0 (forked: the caller's stream is kept)."""
+    if not deterministic:
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            return _wm_episodes(policy, wm, starts, instructions, batch, reward_mode, images, obs_kw, False)
+    return _wm_episodes(policy, wm, starts, instructions, batch, reward_mode, images, obs_kw, True)
+
+
+@torch.no_grad()
+def _wm_episodes(policy, wm, starts, instructions, batch, reward_mode, images, obs_kw, deterministic):
     from embodied.rollout import env_step
     from sims.world_model.env import WorldModelVecEnv
 
@@ -113,7 +125,7 @@ def success_in_wm(policy, wm: str, starts: torch.Tensor, instructions: list[str]
         active, succ, unc = (torch.ones(B, dtype=torch.bool), torch.zeros(B, dtype=torch.bool),
                              torch.zeros(B, dtype=torch.bool))
         while active[:n].any():
-            res = env_step(env, policy.act(obs, deterministic=True).actions)
+            res = env_step(env, policy.act(obs, deterministic=deterministic).actions)
             succ |= active & res.info["success"].any(1)
             unc |= active & res.info["uncertain"].any(1)
             active &= ~res.done
@@ -212,9 +224,10 @@ def cmd_rank(args: argparse.Namespace) -> dict:
     for ckpt in checkpoints_of(args.checkpoints, args.every):
         policy = load_policy(ckpt)
         t0 = time.time()
-        s = success_in_sim(policy, args.task, seeds)
+        s = success_in_sim(policy, args.task, seeds, deterministic=not args.sample)
         t1 = time.time()
-        w, u = success_in_wm(policy, args.wm, starts, instr, reward_mode=args.reward_mode)
+        w, u = success_in_wm(policy, args.wm, starts, instr, reward_mode=args.reward_mode,
+                             deterministic=not args.sample)
         t2 = time.time()
         sim.append(s)
         wm.append(w)
@@ -227,7 +240,8 @@ def cmd_rank(args: argparse.Namespace) -> dict:
                             p_probe_horizon=np.round(pl, 4).tolist(),
                             probe_matches=bool(((ph > 0.5) == w).all()))
         print(json.dumps(rows[-1]), flush=True)
-    return {"task": args.task, "seeds": args.seeds, "reward_mode": args.reward_mode, "probe": args.probe,
+    return {"task": args.task, "seeds": args.seeds, "reward_mode": args.reward_mode, "sample": args.sample,
+            "probe": args.probe,
             "probe_horizon": args.probe_horizon, "rows": rows,
             "agreement": agreement(np.stack(sim), np.stack(wm)), "by_run": by_run(rows)}
 
@@ -242,7 +256,7 @@ def thresholds(rank: dict, ts: list[float]) -> dict:
     for key, name in (("p_task_horizon", "task_horizon"), ("p_probe_horizon", f"horizon_{rank['probe_horizon']}")):
         for t in ts:
             if t > rank["probe"]:
-                raise SystemExit(f"--ts: {t} is above the probe threshold {rank['probe']}; allowed: t <= {rank['probe']}")
+                raise SystemExit(f"--ts: {t} is above the probe threshold; allowed: t <= {rank['probe']}")
             rs = [{**r, "wm": float((np.array(r[key]) > t).mean())} for r in rows]
             out[f"{name}@{t}"] = {"wm": {r["checkpoint"]: r["wm"] for r in rs},
                                   "mean_wm_minus_sim": float(np.mean([r["wm"] - r["sim"] for r in rs])),
@@ -333,6 +347,7 @@ def main() -> None:
     r.add_argument("--seeds", type=int, default=128)
     r.add_argument("--reward-mode", default="dense", choices=["dense", "sparse", "task"],
                    help="task: success is the task's check on the decoded state, not the success head")
+    r.add_argument("--sample", action="store_true", help="the policies sample their actions in both environments")
     r.add_argument("--probe", type=float, default=None,
                    help="also record each episode's highest success probability, in a model with this threshold")
     r.add_argument("--probe-horizon", type=int, default=100, help="the probe's horizon (steps)")
