@@ -23,6 +23,29 @@ def _until(cond, timeout: float = 5.0) -> bool:
     return cond()
 
 
+def _labelled_episodes(cfg, run, labels: list[str]):
+    """An in-process actor (a random policy saved in run) playing one episode per label, each
+    label given before its episode's first step -> (the closed actor, the episodes' summaries)."""
+    from embodied.robot_rl.actor import Actor
+    from embodied.robot_rl.data import save_policy
+    from embodied.robot_rl.networks import TanhGaussianActor
+
+    run.mkdir()
+    save_policy(run / "policy.safetensors", TanhGaussianActor(15, 4, (16,)), 0, (16,))
+    actor, episodes = Actor(cfg), []
+    try:
+        obs, _ = actor.env.reset()
+        for i, label in enumerate(labels):
+            actor.labels.give(label, t=float("inf"))  # counts for the next episode's first step
+            obs, summary = actor.episode(obs, i)
+            episodes.append(summary)
+    finally:
+        actor.link.close()
+        actor._progress.close()
+        actor.close()
+    return actor, episodes
+
+
 def test_string_and_joy_labels_over_dds(dds_env):
     robot, op = make_transport("dds", node_name="robot"), make_transport("dds", node_name="keyboard")
     try:
@@ -74,30 +97,12 @@ def test_label_config_errors_are_one_line():
 
 
 def test_actor_ends_an_episode_on_a_label(tmp_path):
-    from embodied.robot_rl.actor import Actor
-    from embodied.robot_rl.data import save_policy
-    from embodied.robot_rl.networks import TanhGaussianActor
-
     run = tmp_path / "run"
     cfg = config_from_dict({"run_dir": str(run), "robot": {"task": "Reach", "privileged_topic": "/privileged",
                                                            "privileged_dim": 15},
                             "sim": {"seed": 1}, "labels": {"topic": None, "terminal": True},
                             "actor": {"episodes": 3, "eval_every": 0}})
-    run.mkdir()
-    save_policy(run / "policy.safetensors", TanhGaussianActor(15, 4, (16,)), 0, (16,))
-    actor = Actor(cfg)
-    try:
-        obs, _ = actor.env.reset()
-        actor.labels.give("success", t=float("inf"))  # counts for the next episode's first step
-        obs, first = actor.episode(obs, 0)
-        actor.labels.give("failure", t=float("inf"))
-        obs, second = actor.episode(obs, 1)
-        actor.labels.give("reset", t=float("inf"))
-        obs, third = actor.episode(obs, 2)
-    finally:
-        actor.link.close()
-        actor._progress.close()
-        actor.close()
+    actor, (first, second, third) = _labelled_episodes(cfg, run, ["success", "failure", "reset"])
     assert (first["success"], first["steps"]) == (True, 1) and (second["success"], second["steps"]) == (False, 1)
     assert (third["success"], third["steps"], third["label"], second["label"]) == (False, 1, "reset", "failure")
     from embodied.dataset import read_episodes
@@ -111,9 +116,6 @@ def test_actor_ends_an_episode_on_a_label(tmp_path):
 
 def test_frames_past_a_success_are_recorded_as_positives_and_not_streamed(tmp_path):
     from embodied.dataset import read_episodes
-    from embodied.robot_rl.actor import Actor
-    from embodied.robot_rl.data import save_policy
-    from embodied.robot_rl.networks import TanhGaussianActor
     from embodied.robot_rl.reward import episode_frames
 
     robot = {"task": "Reach", "privileged_topic": "/privileged", "privileged_dim": 15}
@@ -123,19 +125,7 @@ def test_frames_past_a_success_are_recorded_as_positives_and_not_streamed(tmp_pa
     cfg = config_from_dict({"run_dir": str(run), "robot": robot, "sim": {"seed": 1},
                             "labels": {"topic": None, "terminal": True},
                             "actor": {"episodes": 2, "eval_every": 0, "frames_after_success": 3}})
-    run.mkdir()
-    save_policy(run / "policy.safetensors", TanhGaussianActor(15, 4, (16,)), 0, (16,))
-    actor = Actor(cfg)
-    try:
-        obs, _ = actor.env.reset()
-        actor.labels.give("success", t=float("inf"))
-        obs, first = actor.episode(obs, 0)
-        actor.labels.give("failure", t=float("inf"))
-        obs, second = actor.episode(obs, 1)
-    finally:
-        actor.link.close()
-        actor._progress.close()
-        actor.close()
+    actor, (first, second) = _labelled_episodes(cfg, run, ["success", "failure"])
     assert (first["success"], first["steps"], second["steps"]) == (True, 1, 1)
     eps = list(read_episodes(run / "online"))
     # the labelled step, 3 frames past it (the twin holds a finished episode), the kept frame
