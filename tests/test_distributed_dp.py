@@ -80,14 +80,14 @@ def test_two_processes_equal_one(tmp_path):
     PPOLearner(half, cfg.ppo).update(shard_trajectory(traj, 0, 2))  # one half alone: must differ
 
     mp.spawn(rank_update, args=(2, f"127.0.0.1:{free_port()}", path), nprocs=2, join=True)
-    ranks = [torch.load(f"{path}.rank{r}") for r in range(2)]
+    ranks = [torch.load(f"{path}.rank{r}", weights_only=True) for r in range(2)]
     for k, v in whole.items():
         for r in ranks:
             torch.testing.assert_close(r[k], v, rtol=1e-5, atol=1e-6, msg=f"{k}")
     moved = (whole["actor.0.weight"] - init["actor.0.weight"]).abs().max()
     assert moved > 1e-4  # the update did something
     assert (half.state_dict()["actor.0.weight"] - whole["actor.0.weight"]).abs().max() > 1e-3 * float(moved)
-    grpo_ranks = [torch.load(f"{path}.grpo{r}") for r in range(2)]
+    grpo_ranks = [torch.load(f"{path}.grpo{r}", weights_only=True) for r in range(2)]
     for k, v in grpo_whole.items():
         for r in grpo_ranks:
             torch.testing.assert_close(r[k], v, rtol=1e-5, atol=1e-6, msg=f"grpo {k}")

@@ -42,8 +42,9 @@ class ObsNorm(nn.Module):
         std = obs.std(0)
         self.std.copy_(torch.where(std < min_std, torch.ones_like(std), std.clamp_min(1e-3)))
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return ((obs - self.mean) / self.std).clamp(-10.0, 10.0)
+    def forward(self, obs: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """obs [N, D] -> its dims from `start` on, normalised [N, D - start]."""
+        return ((obs[:, start:] - self.mean[start:]) / self.std[start:]).clamp(-10.0, 10.0)
 
 
 class ConvEncoder(nn.Module):
@@ -71,7 +72,7 @@ def _embed(obs: torch.Tensor, norm: "ObsNorm", encoder: "ConvEncoder | None", de
     if encoder is None:
         return norm(obs)
     f = encoder(obs)
-    return torch.cat([f.detach() if detach else f, norm(obs)[:, encoder.pixels:]], -1)
+    return torch.cat([f.detach() if detach else f, norm(obs, encoder.pixels)], -1)
 
 
 def mlp(sizes: list[int], layer_norm: bool) -> nn.Sequential:
