@@ -90,6 +90,9 @@ class PolicyGradientLearner:
     def __init__(self, policy: Any, cfg: PPOConfig):
         self.policy, self.cfg = policy, cfg
         self.iteration = 0
+        # the minibatch permutations' stream: None draws from torch's global one (train.py); a
+        # learner on its own thread beside the rollout role passes its own (distributed/roles.py)
+        self.generator: torch.Generator | None = None
         groups = [{"params": list(policy.actor_parameters()), "lr": cfg.lr, "name": "actor"}]
         critic = list(policy.critic_parameters())
         if critic:
@@ -140,7 +143,7 @@ class PolicyGradientLearner:
         sums: dict[str, float] = {}
         count, stop = 0, False
         for _epoch in range(cfg.epochs):
-            perm = rows[torch.randperm(n)]
+            perm = rows[torch.randperm(n, generator=self.generator)]
             epoch_kl = []
             for start in range(0, mb_size * min(cfg.minibatches, n), mb_size):
                 idx = perm[start:start + mb_size]
