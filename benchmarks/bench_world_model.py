@@ -11,6 +11,9 @@ resample for every checkpoint, in both environments).
       --checkpoints runs/ppo_a runs/ppo_b --every 2 --out rank.json
   python benchmarks/bench_world_model.py by-run rank.json   # per run, intervals over checkpoints
 
+rank --success-aggregate min scores a model with member heads (member_heads: true) by the
+minimum of their success probabilities instead of the mean.
+
 rank --probe T --probe-horizon H2 also plays every start once more in a model whose success
 threshold is T and whose horizon is H2, and records each episode's highest success probability
 within the task's horizon and within H2. Up to the first step above a threshold t <= T the
@@ -227,7 +230,8 @@ def cmd_rank(args: argparse.Namespace) -> dict:
         s = success_in_sim(policy, args.task, seeds, deterministic=not args.sample)
         t1 = time.time()
         w, u = success_in_wm(policy, args.wm, starts, instr, reward_mode=args.reward_mode,
-                             deterministic=not args.sample)
+                             deterministic=not args.sample,
+                             obs_kw={"success_aggregate": args.success_aggregate})
         t2 = time.time()
         sim.append(s)
         wm.append(w)
@@ -241,7 +245,7 @@ def cmd_rank(args: argparse.Namespace) -> dict:
                             probe_matches=bool(((ph > 0.5) == w).all()))
         print(json.dumps(rows[-1]), flush=True)
     return {"task": args.task, "seeds": args.seeds, "reward_mode": args.reward_mode, "sample": args.sample,
-            "probe": args.probe,
+            "success_aggregate": args.success_aggregate, "probe": args.probe,
             "probe_horizon": args.probe_horizon, "rows": rows,
             "agreement": agreement(np.stack(sim), np.stack(wm)), "by_run": by_run(rows)}
 
@@ -348,6 +352,8 @@ def main() -> None:
     r.add_argument("--reward-mode", default="dense", choices=["dense", "sparse", "task"],
                    help="task: success is the task's check on the decoded state, not the success head")
     r.add_argument("--sample", action="store_true", help="the policies sample their actions in both environments")
+    r.add_argument("--success-aggregate", default="mean", choices=["mean", "min"],
+                   help="a model with member heads: the mean or the minimum of their success probabilities")
     r.add_argument("--probe", type=float, default=None,
                    help="also record each episode's highest success probability, in a model with this threshold")
     r.add_argument("--probe-horizon", type=int, default=100, help="the probe's horizon (steps)")

@@ -6,6 +6,8 @@ simulator and in every model given, from the simulator's initial privileged vect
 an image model, its camera frames). In each model it is scored by the task's check on the
 decoded state ("task") and by the success head ("head"), with the checkpoint's disagreement
 threshold multiplied by each --scales (< 1 truncates sooner; a truncated episode is a failure).
+A model with member heads (member_heads: true) is scored by their mean success probability and,
+in a row of its own ("aggregate": "min"), by their minimum.
 If a stricter truncation brings the model's success down towards the simulator's, the ensemble
 knows where the model is wrong; if it does not, the members agree on the optimistic outcome.
 
@@ -57,12 +59,15 @@ def main() -> None:
     rows = []
     print(json.dumps({"sim": float(sim.mean()), "seconds": round(time.time() - t0, 1)}), flush=True)
     for wm in args.wm:
+        member_heads = load_world_model(wm)[0].cfg.member_heads
+        scores = [("task", "task", "mean"), ("head", "sparse", "mean")]
+        scores += [("head", "sparse", "min")] if member_heads else []
         for scale in (float(s) for s in args.scales.split(",")):
-            for mode, reward_mode in (("task", "task"), ("head", "sparse")):
+            for mode, reward_mode, agg in scores:
                 t0 = time.time()
                 w, u = success_in_wm(policy, wm, starts, instr, reward_mode=reward_mode, images=images,
-                                     obs_kw={**obs_kw, "uncertainty_scale": scale})
-                rows.append({"wm": wm, "scale": scale, "score": mode, "wm_success": float(w.mean()),
+                                     obs_kw={**obs_kw, "uncertainty_scale": scale, "success_aggregate": agg})
+                rows.append({"wm": wm, "scale": scale, "score": mode, "aggregate": agg, "wm_success": float(w.mean()),
                              "uncertain": float(u.mean()),
                              "both_success": float((w & sim).mean()), "wm_only": float((w & ~sim).mean()),
                              "seconds": round(time.time() - t0, 1)})

@@ -14,6 +14,7 @@ import torch
 from sims.registry import expert_for, make_env
 from sims.vecenv import EnvError
 from sims.world_model.checkpoint import load_world_model, save_world_model
+from sims.world_model.env import WorldModelVecEnv
 from sims.world_model.evaluate import kstep_errors, report
 from sims.world_model.model import WorldModelConfig
 from sims.world_model.train import heldout_episodes, train_world_model
@@ -272,3 +273,32 @@ def test_keyframe_resets(trained, tmp_path):
     assert torch.equal(end[by_horizon], (10 - start[by_horizon]).clamp(min=1))
     first_only = make_env(f"wm:{tmp_path / 'kf'}", 8, keyframes=False)
     assert (first_only.reset(seed=0)[0]["privileged"][:, None] == resets["x"][resets["t"] == 0]).all(-1).any(1).all()
+
+
+def test_member_heads_on_fixed_dynamics(trained, tmp_path):
+    """heads_only: new heads (one per member, scoring the decoded state, no action) train on a
+    trained model's fixed dynamics; the env combines their success by mean or minimum."""
+    base, _ = load_world_model(trained[0])
+    cfg = WorldModelConfig(task="PushCube", dataset=str(trained[2]), init_from=str(trained[0]), heads_only=True,
+                           head_input="state", member_heads=True, **{**SMALL, "epochs": 2})
+    model, resets, summary = train_world_model(cfg, log=lambda *a: None)
+    assert summary["heldout_metric"] == "heads_loss"
+    new = model.state_dict()
+    for k, v in base.state_dict().items():
+        if not k.startswith("heads."):
+            assert torch.equal(v, new[k]), k  # the dynamics did not move
+    assert sum(k.startswith("heads.4.") for k in new) == 6  # five members' heads, 3 layers each
+    save_world_model(tmp_path / "mh", model, resets)
+    rep = report(model, heldout_episodes(model.cfg), ks=(1,))
+    assert rep["success_head_min"]["steps"] == rep["success_head"]["steps"] > 0
+    envs = [WorldModelVecEnv(str(tmp_path / "mh"), 8, success_aggregate=agg) for agg in ("mean", "min")]
+    for e in envs:
+        e.reset(seed=3)
+    act = torch.rand(8, 4) * 2 - 1
+    mean, low = (e.step(act) for e in envs)
+    assert (low.info["success_p"] <= mean.info["success_p"] + 1e-6).all()
+    torch.testing.assert_close(low.obs["privileged"], mean.obs["privileged"])  # the same dynamics
+    _one_line(lambda: WorldModelVecEnv(str(trained[0]), 2, success_aggregate="min"), "success_aggregate", "mean")
+    bad = dict(task="PushCube", dataset=str(trained[2]), **SMALL)
+    _one_line(lambda: train_world_model(WorldModelConfig(head_input="pixels", **bad)), "head_input", "latent")
+    _one_line(lambda: train_world_model(WorldModelConfig(heads_only=True, **bad)), "heads_only", "init_from")

@@ -20,6 +20,10 @@ stream that later auto-resets draw from.
   (docs/world_model.md, "Transfer"). With reward_mode "task" the decoded state is scored by
   the task's own progress and success (sims/world_model/task_terms.py): reward P(x') - P(x) +
   1[success], terminated on the decoded state's success or failure, no heads involved.
+With member heads (WorldModelConfig.member_heads), success_aggregate says how the members'
+success probabilities combine ("mean", or "min": every member must call it a success), and the
+dense and sparse rewards also subtract uncertainty_lambda times the members' std of the
+success probability.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import torch
 
 from sims.vecenv import ChunkStepResult, EnvError, EnvSpec, Obs, Seed, StepResult, VecEnv, check_action
 from sims.world_model.checkpoint import load_world_model
-from sims.world_model.rollout import decode_frames, encode_raw, mean_step
+from sims.world_model.rollout import AGGREGATES, decode_frames, encode_raw, mean_step
 from sims.world_model.vision import split_cameras, stack_cameras
 
 
@@ -42,13 +46,14 @@ class WorldModelVecEnv(VecEnv):
     reset stream until the first seeded reset. obs_mode "rgb" serves `cameras` (default: all the
     model's; each must be one of them) at the model's image_size (a given one must match).
     success_threshold: the success head's probability above which a step is a success.
-    uncertainty_scale: multiplies the checkpoint's disagreement threshold (< 1: truncate sooner)."""
+    uncertainty_scale: multiplies the checkpoint's disagreement threshold (< 1: truncate sooner).
+    success_aggregate: with member heads, "mean" or "min" of their success probabilities."""
 
     def __init__(self, path: str, num_envs: int, *, obs_mode: str = "state", expected_task: str | None = None,
                  max_episode_steps: int | None = None, seed: int | None = None, keyframes: bool = True,
                  reward_mode: str = "dense", cameras: Sequence[str] | None = None,
                  image_size: int | Sequence[int] | None = None, success_threshold: float = 0.5,
-                 uncertainty_scale: float = 1.0):
+                 uncertainty_scale: float = 1.0, success_aggregate: str = "mean"):
         if reward_mode not in ("dense", "sparse", "task"):
             raise EnvError(f"reward_mode: {reward_mode!r} is not built for world models; allowed: dense "
                            "(the reward head), sparse (the success head), task (the task's terms on the "
@@ -65,6 +70,10 @@ class WorldModelVecEnv(VecEnv):
             raise EnvError(f"num_envs: expected a positive integer, got {num_envs!r}")
         self.model, self.resets = load_world_model(path, expected_task)
         cfg = self.model.cfg
+        if success_aggregate not in AGGREGATES or (success_aggregate != "mean" and not cfg.member_heads):
+            raise EnvError(f"success_aggregate: {success_aggregate!r} is not built for {path}; allowed: "
+                           f"{', '.join(AGGREGATES) if cfg.member_heads else 'mean (one set of heads)'}")
+        self.success_aggregate = success_aggregate
         self.cfg = cfg
         self.uncertainty_threshold = cfg.disagreement_threshold * float(uncertainty_scale)
         self.obs_mode = obs_mode
@@ -189,7 +198,7 @@ class WorldModelVecEnv(VecEnv):
 
     # -- stepping ------------------------------------------------------------------------------
     def _advance(self, a: torch.Tensor, rows: np.ndarray) -> dict[str, torch.Tensor]:
-        out = mean_step(self.model, self._z[rows], a)
+        out = mean_step(self.model, self._z[rows], a, self.success_aggregate)
         x_prev = self._x[rows].clone()
         self._z[rows], self._x[rows] = out["z"], out["x"]
         if self.cameras:
@@ -207,7 +216,8 @@ class WorldModelVecEnv(VecEnv):
         uncertain = out["disagreement"] > self.uncertainty_threshold
         horizon = torch.from_numpy(self._elapsed[rows] >= self.spec.max_episode_steps)
         truncated = (horizon | uncertain) & ~terminated
-        reward = base - self.cfg.uncertainty_lambda * out["disagreement"]
+        penalty = out["disagreement"] + (out["head_disagreement"] if self.reward_mode != "task" else 0.0)
+        reward = base - self.cfg.uncertainty_lambda * penalty
         return {"reward": reward.float(), "terminated": terminated, "truncated": truncated,
                 "success": success, "uncertain": uncertain & truncated,
                 "disagreement": out["disagreement"].float(),

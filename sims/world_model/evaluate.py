@@ -8,7 +8,8 @@ The copy-last baseline predicts x_t. With cameras, the frames decoded from the s
 at t+k (composited over frame t, the last real frame) are scored too: pixel MSE (pixels in [0, 1], mean over pixels, channels, cameras and
 starts) and the PSNR of that mean MSE, 10 log10(1 / MSE), for the model and for copy-last
 (frame t). Success head: per step, the probability against the recorded success flag: AUROC,
-and at threshold 0.5 F1 and the false-positive rate.
+and at threshold 0.5 F1 and the false-positive rate. A model with member heads is scored with
+their mean ("success_head") and their minimum ("success_head_min").
 """
 
 from __future__ import annotations
@@ -83,12 +84,13 @@ def auroc(scores: np.ndarray, labels: np.ndarray) -> float:
 
 
 @torch.no_grad()
-def success_head_report(model: WorldModel, episodes: Sequence[Episode]) -> dict[str, float]:
+def success_head_report(model: WorldModel, episodes: Sequence[Episode], aggregate: str = "mean") -> dict[str, float]:
     """AUROC, F1 and false-positive rate of the success head, one-step from recorded frames
-    (the last step of an episode included: its next latent comes from the model)."""
+    (the last step of an episode included: its next latent comes from the model); aggregate:
+    how member heads combine (rollout.mean_step)."""
     probs, labels = [], []
     for ep in episodes:
-        out = mean_step(model, encode_raw(model, ep.x, ep.img if model.cfg.cameras else None), ep.a)
+        out = mean_step(model, encode_raw(model, ep.x, ep.img if model.cfg.cameras else None), ep.a, aggregate)
         probs.append(out["success_p"])
         labels.append(ep.s > 0.5)
     p, y = torch.cat(probs).numpy(), torch.cat(labels).numpy()
@@ -106,5 +108,8 @@ def _null_nan(d: dict[str, Any]) -> dict[str, Any]:
 def report(model: WorldModel, episodes: Sequence[Episode], ks: Sequence[int] = (1, 8, 32)) -> dict[str, Any]:
     """The quality report; a metric that has no data (k longer than every episode, one class
     only) is None."""
-    return {"episodes": len(episodes), "kstep": {str(k): _null_nan(kstep_errors(model, episodes, k)) for k in ks},
-            "success_head": _null_nan(success_head_report(model, episodes))}
+    out = {"episodes": len(episodes), "kstep": {str(k): _null_nan(kstep_errors(model, episodes, k)) for k in ks},
+           "success_head": _null_nan(success_head_report(model, episodes))}
+    if model.cfg.member_heads:
+        out["success_head_min"] = _null_nan(success_head_report(model, episodes, "min"))
+    return out

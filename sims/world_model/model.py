@@ -3,6 +3,12 @@ frames: sims/world_model/vision.py) into a latent, an ensemble of action-conditi
 dynamics members (residual MLPs), decoders back to the vector (and to the frames), and
 reward / success / done heads on the next latent.
 
+The heads score `head_input`: the next latent and the action ("latent_action", the default),
+the next latent only ("latent"), or the decoded normalised vector only ("state"). With
+`member_heads` every ensemble member has its own heads, which score that member's own next
+latent (rollout.py aggregates them, and their spread joins the disagreement); otherwise one
+set of heads scores whatever latent it is given (the env gives it the members' mean).
+
 The privileged vector starts with the proprioceptive state (the simulators' contract), so
 decoding it gives both observation keys. Vectors are normalised with the training set's
 mean and std before encoding; the decoder predicts normalised vectors. With cameras, the
@@ -17,6 +23,9 @@ from typing import Any
 
 import torch
 from torch import nn
+
+
+HEAD_INPUTS = ("latent_action", "latent", "state")  # what the heads score: (z', a), z', decoded z'
 
 
 @dataclass
@@ -43,6 +52,9 @@ class WorldModelConfig:
     cameras: list[str] = field(default_factory=list)  # rgb cameras modelled (obs rgb_<cam>); [] = state only
     channels: int = 16  # width of the conv encoder / decoder (with cameras)
     image_weight: float = 1.0  # weight of the pixel MSE in the loss (with cameras)
+    head_input: str = "latent_action"  # what the heads score: latent_action (z', a), latent (z'), state (decoded z')
+    member_heads: bool = False  # one set of heads per ensemble member, on that member's own next latent
+    heads_only: bool = False  # with init_from: keep its encoder, members and decoder fixed, train new heads only
     # filled by training (and stored in the checkpoint)
     obs_keys: list[str] = field(default_factory=lambda: ["state", "privileged", "instruction"])
     state_dim: int = 0
@@ -80,7 +92,10 @@ class WorldModel(nn.Module):
         self.encoder = _mlp(P + F, H, Z)
         self.members = nn.ModuleList(_mlp(Z + A, H, Z) for _ in range(cfg.members))
         self.decoder = _mlp(Z, H, P)
-        self.heads = _mlp(Z + A, H, 3)  # reward, success logit, done logit of the transition
+        width = {"latent_action": Z + A, "latent": Z, "state": P}[cfg.head_input]
+        # reward, success logit, done logit of the transition
+        self.heads = (nn.ModuleList(_mlp(width, H, 3) for _ in range(cfg.members)) if cfg.member_heads
+                      else _mlp(width, H, 3))
         self.register_buffer("mean", torch.zeros(P))
         self.register_buffer("std", torch.ones(P))
 
@@ -113,8 +128,22 @@ class WorldModel(nn.Module):
         return torch.stack([z[i] + f(torch.cat([z[i], a], dim=-1)) for i, f in enumerate(self.members)])
 
     def head(self, z_next: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(reward, success logit, done logit) of the transition into z_next under a."""
-        out = self.heads(torch.cat([z_next, a], dim=-1))
+        """(reward, success logit, done logit) of the transition into z_next under a (a is
+        broadcast over z_next's leading dims). With member_heads, z_next is [M, N, Z], one latent
+        per member, and member i's heads score z_next[i]: each output is [M, N]."""
+        if self.cfg.head_input == "latent_action":
+            h = torch.cat([z_next, a.expand(*z_next.shape[:-1], a.shape[-1])], dim=-1)
+        elif self.cfg.head_input == "latent":
+            h = z_next
+        else:
+            h = self.decode(z_next)
+        if self.cfg.member_heads:
+            if h.dim() != 3 or len(h) != len(self.heads):
+                raise ValueError(f"member heads score one latent per member: expected [{len(self.heads)}, N, Z], "
+                                 f"got {list(z_next.shape)}")
+            out = torch.stack([f(h[i]) for i, f in enumerate(self.heads)])
+        else:
+            out = self.heads(h)
         return out[..., 0], out[..., 1], out[..., 2]
 
     def disagreement(self, z_members: torch.Tensor) -> torch.Tensor:

@@ -1,5 +1,11 @@
 """The ensemble-mean rollout the env steps with (and the eval scores): one latent per env,
-advanced by every member; the next latent is the members' mean, their spread the disagreement."""
+advanced by every member; the next latent is the members' mean, their spread the disagreement.
+
+With member heads (WorldModelConfig.member_heads), every member's heads score its own next
+latent. The reward and the done probability are the members' means. The success probability
+is their mean ("mean") or, pessimistic, their minimum ("min": a success only where every
+member's head calls it one). "head_disagreement" is the members' std of the success
+probability (0 with one set of heads)."""
 
 from __future__ import annotations
 
@@ -26,13 +32,26 @@ def decode_frames(model: WorldModel, z: torch.Tensor, context: torch.Tensor, bat
     return torch.cat([to_uint8(model.decode_images(zc, cc)) for zc, cc in zip(z.split(batch), context.split(batch))])
 
 
+AGGREGATES = ("mean", "min")
+
+
 @torch.no_grad()
-def mean_step(model: WorldModel, z: torch.Tensor, a: torch.Tensor) -> dict[str, torch.Tensor]:
+def mean_step(model: WorldModel, z: torch.Tensor, a: torch.Tensor,
+              success_aggregate: str = "mean") -> dict[str, torch.Tensor]:
     """One step of latents z [N, Z] under actions a [N, A]: next latent "z", raw privileged
-    vector "x", "reward", "success_p", "done_p" (probabilities) and "disagreement", each [N]."""
+    vector "x", "reward", "success_p", "done_p" (probabilities), "disagreement" and
+    "head_disagreement", each [N]. success_aggregate: how member heads' success probabilities
+    combine (AGGREGATES; a model with one set of heads has nothing to combine)."""
     zm = model.step_members(z, a)
     z_next = zm.mean(dim=0)
-    reward, succ, done = model.head(z_next, a)
+    if model.cfg.member_heads:
+        r, s, d = model.head(zm, a)  # [M, N]: member i's heads on member i's next latent
+        p = torch.sigmoid(s)
+        success_p = p.mean(dim=0) if success_aggregate == "mean" else p.min(dim=0).values
+        reward, done_p, head_dis = r.mean(dim=0), torch.sigmoid(d).mean(dim=0), p.std(dim=0)
+    else:
+        reward, succ, done = model.head(z_next, a)
+        success_p, done_p, head_dis = torch.sigmoid(succ), torch.sigmoid(done), torch.zeros_like(reward)
     return {"z": z_next, "x": model.denormalize(model.decode(z_next)), "reward": reward,
-            "success_p": torch.sigmoid(succ), "done_p": torch.sigmoid(done),
-            "disagreement": model.disagreement(zm)}
+            "success_p": success_p, "done_p": done_p, "disagreement": model.disagreement(zm),
+            "head_disagreement": head_dis}

@@ -5,7 +5,7 @@ Every member trains on its own bootstrap resample of the windows. With init_from
 continues from a checkpoint's weights and normalisation (e.g. on its data plus new rollouts).
 Loss per window = reconstruction of the first frame + sum over the k steps of the members'
 normalised state error (masked where the episode has no next frame) + reward MSE + BCE of
-the success and done heads. With cameras, the loss adds image_weight times the pixel MSE of
+the success and done heads. With cameras (not with heads_only), the loss adds image_weight times the pixel MSE of
 the frames decoded from the members' mean latent at every step (the latent the env steps
 with), composited over the window's first frame (so the first frame itself needs no
 reconstruction term). The held-out metric is the members' mean
@@ -13,6 +13,11 @@ normalised k-step state error, plus with cameras the k-step pixel MSE divided by
 frames' pixel variance; the weights of its best epoch are kept. The uncertainty threshold is
 `uncertainty_margin` times the 99th percentile of the ensemble-mean rollout's disagreement
 over the held-out windows.
+
+With heads_only (and init_from), the loaded encoder, members and decoder stay fixed and only
+freshly initialised heads train (for example heads of another head_input, or one per member,
+on a trained model's dynamics); the held-out metric is then the heads' loss on the held-out
+windows.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import torch.nn.functional as F
 
 from sims.vecenv import EnvError
 from sims.world_model.data import Episode, frames, load_episodes, split, windows
-from sims.world_model.model import WorldModel, WorldModelConfig
+from sims.world_model.model import HEAD_INPUTS, WorldModel, WorldModelConfig
 from sims.world_model.rollout import mean_step
 from sims.world_model.vision import to_unit
 
@@ -45,19 +50,27 @@ def _check(cfg: WorldModelConfig) -> None:
         raise EnvError(f"world_model.holdout: expected a fraction in (0, 1), got {cfg.holdout!r}")
     if not cfg.dataset:
         raise EnvError("world_model.dataset: no dataset given; pass dataset=PATH (a LeRobot v3 dataset)")
+    if cfg.head_input not in HEAD_INPUTS:
+        raise EnvError(f"world_model.head_input: {cfg.head_input!r} is not built; allowed: {', '.join(HEAD_INPUTS)}")
+    for name in ("member_heads", "heads_only"):
+        if not isinstance(getattr(cfg, name), bool):
+            raise EnvError(f"world_model.{name}: expected true or false, got {getattr(cfg, name)!r}")
+    if cfg.heads_only and not cfg.init_from:
+        raise EnvError("world_model.heads_only: trains new heads on a trained model's dynamics; "
+                       "it needs init_from=CHECKPOINT")
 
 
 def window_loss(model: WorldModel, w: dict[str, torch.Tensor],
-                weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(training loss, per-window held-out metric [N]) of windows w (with cameras, w["img"]:
-    uint8 [N, k+1, 3C, H, W], see batch()); weights [M, N]: each member's bootstrap weight of
-    each window (None: all 1)."""
+                weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(training loss, per-window held-out metric [N], per-window heads' loss [N]) of windows w
+    (with cameras, w["img"]: uint8 [N, k+1, 3C, H, W], see batch()); weights [M, N]: each
+    member's bootstrap weight of each window (None: all 1)."""
     x = model.normalize(w["x"])  # [N, k+1, P]
     img = w.get("img")
     z0 = model.encode(x[:, 0], None if img is None else img[:, 0])
     loss = F.mse_loss(model.decode(z0), x[:, 0])
     z, k = z0, w["a"].shape[1]
-    err = torch.zeros(len(x))
+    err, head_err = torch.zeros(len(x)), torch.zeros(len(x))
     wm = torch.ones(len(model.members), len(x)) if weights is None else weights
     for j in range(k):
         a = w["a"][:, j]
@@ -70,13 +83,15 @@ def window_loss(model: WorldModel, w: dict[str, torch.Tensor],
         hl = hl + F.binary_cross_entropy_with_logits(d, w["d"][:, j].expand_as(d), reduction="none")
         loss = loss + (se * om).sum() / om.sum().clamp(min=1) + (hl * sm).sum() / sm.sum().clamp(min=1)
         err = err + se.detach().mean(dim=0) * w["obs_mask"][:, j]
-        if img is not None:  # frames decoded from the members' mean latent, as the env serves them
+        head_err = head_err + hl.detach().mean(dim=0) * w["step_mask"][:, j]
+        if img is not None and not model.cfg.heads_only:  # frames decoded from the members' mean latent
             pred = model.decode_images(z.mean(dim=0), img[:, 0])  # composited over the window's first frame
             pe = ((pred - to_unit(img[:, j + 1])) ** 2).mean(dim=(1, 2, 3))  # [N]
             m = w["obs_mask"][:, j]
             loss = loss + model.cfg.image_weight * (pe * m).sum() / m.sum().clamp(min=1)
             err = err + pe.detach() / model.pixel_var * m
-    return loss, err / w["obs_mask"].sum(dim=1).clamp(min=1)
+    return (loss, err / w["obs_mask"].sum(dim=1).clamp(min=1),
+            head_err / w["step_mask"].sum(dim=1).clamp(min=1))
 
 
 def batch(w: dict[str, torch.Tensor], frames_: torch.Tensor | None, idx: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -102,21 +117,29 @@ def _fit_normalizer(model: WorldModel, train: list[Episode]) -> None:
 
 
 def _continue_from(model: WorldModel, cfg: WorldModelConfig) -> None:
-    """Start from cfg.init_from's weights and normalisation (the same task and sizes)."""
+    """Start from cfg.init_from's weights and normalisation (the same task and sizes); with
+    heads_only, everything but its heads (the new heads may be of another design)."""
     from sims.world_model.checkpoint import load_world_model
 
     prev, _ = load_world_model(cfg.init_from, cfg.task)
     sizes = ("privileged_dim", "action_dim", "latent", "hidden", "members", "cameras", "channels", "image_size")
+    sizes += () if cfg.heads_only else ("head_input", "member_heads")
     bad = [n for n in sizes if getattr(prev.cfg, n) != getattr(cfg, n)]
     if bad:
         raise EnvError(f"world_model.init_from: {cfg.init_from} has {bad[0]}={getattr(prev.cfg, bad[0])!r}, "
                        f"this config {getattr(cfg, bad[0])!r}; continue only a model of the same shape")
-    model.load_state_dict(prev.state_dict())
+    state = prev.state_dict()
+    if cfg.heads_only:
+        state = {k: v for k, v in state.items() if not k.startswith("heads.")}
+        state.update({k: v for k, v in model.state_dict().items() if k.startswith("heads.")})
+    model.load_state_dict(state)
 
 
 @torch.no_grad()
 def heldout_error(model: WorldModel, w: dict[str, torch.Tensor], frames_: torch.Tensor | None = None) -> float:
-    return float(torch.cat([window_loss(model, b)[1] for b in _chunks(w, frames_)]).mean())
+    """The held-out k-step error, or with heads_only the heads' held-out loss."""
+    col = 2 if model.cfg.heads_only else 1
+    return float(torch.cat([window_loss(model, b)[col] for b in _chunks(w, frames_)]).mean())
 
 
 @torch.no_grad()
@@ -176,7 +199,10 @@ def train_world_model(cfg: WorldModelConfig, log=print) -> tuple[WorldModel, dic
         _fit_normalizer(model, train)
     wt, wh = windows(train, cfg.horizon_k), windows(held, cfg.horizon_k)
     ft, fh = frames(train), frames(held)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    if cfg.heads_only:  # the loaded dynamics stay as they are
+        for name, par in model.named_parameters():
+            par.requires_grad_(name.startswith("heads."))
+    opt = torch.optim.Adam([par for par in model.parameters() if par.requires_grad], lr=cfg.lr)
     gen = torch.Generator().manual_seed(cfg.seed)
     best, best_state, bad, start, history = float("inf"), None, 0, time.monotonic(), []
     n = len(wt["x"])
@@ -187,7 +213,7 @@ def train_world_model(cfg: WorldModelConfig, log=print) -> tuple[WorldModel, dic
     for epoch in range(cfg.epochs):
         model.train()
         for idx in torch.randperm(n, generator=gen).split(cfg.batch_size):
-            loss, _ = window_loss(model, batch(wt, ft, idx), boot[:, idx])
+            loss = window_loss(model, batch(wt, ft, idx), boot[:, idx])[0]
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
@@ -200,13 +226,15 @@ def train_world_model(cfg: WorldModelConfig, log=print) -> tuple[WorldModel, dic
             best_state = {k: v.clone() for k, v in model.state_dict().items()}
         else:
             bad += 1
-        log(f"epoch {epoch}: train loss {loss.item():.4f}, held-out {cfg.horizon_k}-step error {err:.4f}")
+        metric = "heads' loss" if cfg.heads_only else f"{cfg.horizon_k}-step error"
+        log(f"epoch {epoch}: train loss {loss.item():.4f}, held-out {metric} {err:.4f}")
         if bad >= cfg.patience or time.monotonic() - start > 60 * cfg.max_minutes:
             break
     model.load_state_dict(best_state)
     model.eval()
     model.cfg = cfg = replace(cfg, disagreement_threshold=disagreement_threshold(model, wh, cfg.uncertainty_margin, fh))
     summary = {"epochs": len(history), "best_heldout_error": best, "history": history,
+               "heldout_metric": "heads_loss" if cfg.heads_only else f"{cfg.horizon_k}_step_error",
                "train_episodes": len(train), "heldout_episodes": len(held),
                "seconds": time.monotonic() - start, "disagreement_threshold": cfg.disagreement_threshold,
                "stopped_early": len(history) < cfg.epochs}
