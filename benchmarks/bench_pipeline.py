@@ -10,16 +10,19 @@ most double the throughput). Modes, all with backend local and the same envs:
     pipelined    the same roles, stages=2: one stage's envs step on their worker's thread
                  while the policy infers for the other stage
 
---overlap instead measures the one-version-stale schedule (train.max_staleness 1) on Ray
-against the synchronous one: whole iterations (collect, update, weight push) of one env worker,
-the rollout role and the learner as Ray actors on this machine, with ppo.epochs picked so that
-an update takes about as long as a collect (a balanced load, where the overlap can at most
-double the throughput). It reports env steps/s, the CPU seconds per wall second of every
+--overlap instead measures the one-version-stale schedule (train.max_staleness 1) against the
+synchronous one: whole iterations (collect, update, weight push) of one env worker, the rollout
+role and the learner, with ppo.epochs picked so that an update takes about as long as a collect
+(a balanced load, where the overlap can at most double the throughput). `--backend ray` (the
+default) makes the roles Ray actors on this machine; `--backend local` keeps them in this
+process, the learner on a thread of its own in the stale mode (inline when synchronous, as
+`train_roles` builds them). It reports env steps/s, the CPU seconds per wall second of every
 process in this session (the driver, Ray's own processes and the actors), and each role's busy
 seconds per iteration with their CPU seconds, measured inside the role.
 
 Usage: python benchmarks/bench_pipeline.py [--envs 64] [--steps 32] [--repeats 3] [--concurrency]
-       python benchmarks/bench_pipeline.py --overlap [--envs 64] [--steps 32] [--iterations 6] [--repeats 3]
+       python benchmarks/bench_pipeline.py --overlap [--backend ray|local] [--envs 64] [--steps 32]
+           [--iterations 6] [--repeats 3]
 Repeats alternate the modes; the table gives the median of each and the ratios to sync, the
 CPU time this process got per second of wall time while collecting (cpu/wall: on a 2-core
 machine a pipeline can only pay where it is near 2 in pipelined mode), the CPU time per env
@@ -170,15 +173,15 @@ def iterate(backend: object, collector: object, learners: list, iterations: int,
     return busy
 
 
-def run_overlap(cfg: object, stale: bool, iterations: int) -> tuple[float, float, dict[str, float]]:
+def run_overlap(cfg: object, stale: bool, iterations: int, backend_name: str) -> tuple[float, float, dict[str, float]]:
     """-> (env steps/s, session CPU per wall second, busy seconds per iteration per role) of
-    `iterations` iterations on Ray after one warm-up iteration."""
-    from embodied.distributed.backend import RayBackend
+    `iterations` iterations on `backend_name` after one warm-up iteration."""
+    from embodied.distributed.backend import make_backend
 
     place = preset("collocated", env_workers=1)
-    backend = RayBackend(place)
+    backend = make_backend(backend_name, place)
     try:
-        collector, learners = build_roles(cfg, place, backend)
+        collector, learners = build_roles(cfg, place, backend, learner_thread=stale)
         first = collector.reset(seed=0)
         backend.get([backend.call(lrn, "observe", first) for lrn in learners])
         collector.set_weights(*backend.get(backend.call(learners[0], "weights")))
@@ -192,28 +195,29 @@ def run_overlap(cfg: object, stale: bool, iterations: int) -> tuple[float, float
         backend.shutdown()
 
 
-def overlap(envs: int, steps: int, iterations: int, repeats: int) -> None:
+def overlap(envs: int, steps: int, iterations: int, repeats: int, backend_name: str) -> None:
     """Print the stale vs synchronous table (see the module doc)."""
-    import ray
+    if backend_name == "ray":
+        import ray
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         hidden = 256
         probe = config(envs, steps, hidden, 1)
-        _, _, busy = run_overlap(probe, False, 2)
+        _, _, busy = run_overlap(probe, False, 2, backend_name)
         per_epoch = busy["learner_busy_seconds"] / probe.ppo.epochs
         collect = busy["env_busy_seconds"] + busy["rollout_busy_seconds"]  # they take turns in a collect
         epochs = max(1, round(collect / per_epoch))
         cfg = load_config(None, [f"env.task=PushCube", f"env.num_envs={envs}", f"ppo.rollout_steps={steps}",
                                  f"policy.hidden_sizes=[{hidden},{hidden}]", "env.num_threads=1",
                                  f"ppo.epochs={epochs}"])
-        print(f"balanced load: MLP [{hidden},{hidden}], {envs} envs x {steps} steps, ppo.epochs={epochs} "
-              f"(collect {collect:.3f} s busy, update {per_epoch * epochs:.3f} s); load average "
+        print(f"backend {backend_name}; balanced load: MLP [{hidden},{hidden}], {envs} envs x {steps} steps, "
+              f"ppo.epochs={epochs} (collect {collect:.3f} s busy, update {per_epoch * epochs:.3f} s); load average "
               f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
         rates: dict[str, list[tuple]] = {"sync": [], "stale": []}
         for _ in range(repeats):
             for mode in rates:
-                rates[mode].append(run_overlap(cfg, mode == "stale", iterations))
+                rates[mode].append(run_overlap(cfg, mode == "stale", iterations, backend_name))
         sync = statistics.median(r[0] for r in rates["sync"])
         print(f"{'mode':<6} {'env steps/s (median)':>21} {'vs sync':>8} {'cpu/wall':>9}  busy (CPU) s/iteration: "
               f"env, rollout, learner    runs")
@@ -226,7 +230,8 @@ def overlap(envs: int, steps: int, iterations: int, repeats: int) -> None:
                   f"{', '.join(f'{x[0]:.0f}' for x in r)}")
         print(f"load average after: {os.getloadavg()[0]:.1f}")
     finally:
-        ray.shutdown()
+        if backend_name == "ray":
+            ray.shutdown()
 
 
 def in_c_calls(fn: object, calls: int, names: tuple[str, ...]) -> float:
@@ -344,12 +349,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2, help="physics and torch threads of the train.py mode")
     ap.add_argument("--concurrency", action="store_true", help="first measure what can run in parallel here")
-    ap.add_argument("--overlap", action="store_true", help="max_staleness 1 vs 0 on Ray instead (module doc)")
+    ap.add_argument("--overlap", action="store_true", help="max_staleness 1 vs 0 instead (module doc)")
+    ap.add_argument("--backend", choices=("ray", "local"), default="ray", help="the --overlap roles' backend")
     ap.add_argument("--iterations", type=int, default=6, help="timed iterations per --overlap run")
     args = ap.parse_args()
     if args.overlap:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray on 127.0.0.1 only
-        overlap(args.envs, args.steps, args.iterations, args.repeats)
+        overlap(args.envs, args.steps, args.iterations, args.repeats, args.backend)
         return
 
     torch.set_num_threads(1)

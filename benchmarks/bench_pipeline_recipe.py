@@ -14,13 +14,14 @@ time/<role>_busy_seconds; idle = the iteration's wall seconds minus busy).
 
 --stale K instead compares train.max_staleness K with 0 on Ray (2 env workers, 1 stage,
 `ray.init(num_cpus=2)`; the learner in its own process, so its update can overlap the next
-collection): `train_roles` runs 1 + `--iterations` + K iterations per run and times the
-logging windows (a role's busy plus idle seconds in the history) of iterations 1 to
-`--iterations`: each holds one update and one collect. The first window is the warm-up (with
+collection), or with `--backend local` in this process (the learner on a thread of its own
+when K > 0, inline when synchronous): `train_roles` runs 1 + `--iterations` + K iterations
+per run and times the logging windows (a role's busy plus idle seconds in the history) of
+iterations 1 to `--iterations`: each holds one update and one collect. The first window is the warm-up (with
 K > 0 it also holds the first K collects ahead) and the last K hold updates only (the drain).
 
 Usage: python benchmarks/bench_pipeline_recipe.py configs/rl_pushcube_flow_noise.yaml
-           [--iterations 3] [--repeats 2] [--stale K] [--set policy.init_from=DIR ...]
+           [--iterations 3] [--repeats 2] [--stale K [--backend ray|local]] [--set policy.init_from=DIR ...]
 A VLA recipe starts from its SFT checkpoint (policy.init_from); its weights do not change
 the work per step, any checkpoint of the same architecture measures the same. The load
 average is printed before and after: with other jobs on the machine the ratio is not the
@@ -88,12 +89,12 @@ def run(cfg: ExperimentConfig, mode: str, iterations: int) -> dict[str, float]:
         backend.shutdown()
 
 
-def run_stale(cfg: ExperimentConfig, k: int, iterations: int) -> dict[str, float]:
-    """One run on Ray through train_roles with max_staleness k -> the same keys as `run` (the
-    collection alone and CPU time are not measured: the roles are other processes)."""
+def run_stale(cfg: ExperimentConfig, k: int, iterations: int, backend: str) -> dict[str, float]:
+    """One run on `backend` through train_roles with max_staleness k -> the same keys as `run`
+    (the collection alone and CPU time are not measured: on Ray the roles are other processes)."""
     from embodied.distributed.loop import train_roles
 
-    hist = train_roles(cfg, preset("collocated", env_workers=2), "ray", 1 + iterations + k,
+    hist = train_roles(cfg, preset("collocated", env_workers=2), backend, 1 + iterations + k,
                        max_staleness=k)["history"]
     timed = hist[1:1 + iterations]  # one update and one collect each (module doc)
     wall = sum(h["learner_busy_seconds"] + h["learner_idle_seconds"] for h in timed)
@@ -105,20 +106,22 @@ def run_stale(cfg: ExperimentConfig, k: int, iterations: int) -> dict[str, float
 
 
 def stale(cfg: ExperimentConfig, args: argparse.Namespace) -> None:
-    """Print max_staleness K vs 0 on Ray (module doc)."""
-    import ray
+    """Print max_staleness K vs 0 on args.backend (module doc)."""
+    if args.backend == "ray":
+        import ray
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         runs: dict[str, list[dict[str, float]]] = {"sync": [], f"stale {args.stale}": []}
         for _ in range(args.repeats):
             for mode in runs:
-                r = run_stale(cfg, 0 if mode == "sync" else args.stale, args.iterations)
+                r = run_stale(cfg, 0 if mode == "sync" else args.stale, args.iterations, args.backend)
                 runs[mode].append(r)
                 print(f"  {mode:<8} {r['steps_per_s']:7.1f} env steps/s, {r['iteration_s']:.1f} s per iteration, "
                       f"staleness up to {r['staleness']:.0f}; load {os.getloadavg()[0]:.2f}", flush=True)
     finally:
-        ray.shutdown()
+        if args.backend == "ray":
+            ray.shutdown()
     med = {mode: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for mode, rs in runs.items()}
     sync = med["sync"]["steps_per_s"]
     print(f"{'mode':<8} {'env steps/s':>11} {'vs sync':>8}  busy (CPU) s per iteration: env, rollout, learner")
@@ -135,7 +138,8 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=3, help="timed iterations per run")
     ap.add_argument("--repeats", type=int, default=2, help="runs per mode (alternating)")
     ap.add_argument("--stale", type=int, default=0, metavar="K",
-                    help="compare train.max_staleness K with 0 on Ray instead (module doc)")
+                    help="compare train.max_staleness K with 0 instead (module doc)")
+    ap.add_argument("--backend", choices=("ray", "local"), default="ray", help="the --stale runs' backend")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config overrides")
     args = ap.parse_args()
     cfg = load_config(args.config, args.set)
@@ -146,8 +150,8 @@ def main() -> None:
     per_it = cfg.env.num_envs * cfg.ppo.rollout_steps
     if args.stale:
         print(f"{args.config}: {cfg.env.task}, {cfg.env.num_envs} envs x {cfg.ppo.rollout_steps} policy steps per "
-              f"iteration, {args.iterations} timed iterations x {args.repeats} runs per mode, backend ray, 2 env "
-              f"workers; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+              f"iteration, {args.iterations} timed iterations x {args.repeats} runs per mode, backend {args.backend}, "
+              f"2 env workers; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
         stale(cfg, args)
         return
     print(f"{args.config}: {cfg.env.task}, {cfg.env.num_envs} envs x {cfg.ppo.rollout_steps} policy steps per "

@@ -2,6 +2,7 @@
 roles gives identical weights in one process (backend local) and as Ray actors (backend ray)."""
 
 import functools
+import threading
 
 import pytest
 import torch
@@ -94,6 +95,21 @@ def test_stale_schedules():
     for bad in (-1, 1.5, True):
         with pytest.raises(PlacementError, match=f"max_staleness: {bad!r}; allowed: an integer >= 0"):
             train_roles(cfg, preset("collocated", 1), "local", max_staleness=bad)
+
+
+def test_learner_thread_equals_the_inline_stale_schedule():
+    """backend local with max_staleness 1 runs the learner's calls on a thread of its own, so an
+    update runs beside the next collection (whose policy samples from torch's global stream); the
+    learner draws its minibatch permutations from a generator of its own, so the weights equal
+    the inline schedule's (and Ray's: test_stale_schedule_on_ray_equals_local)."""
+    cfg = load_config(None, TINY + ["ppo.epochs=2"])
+    threaded = train_roles(cfg, preset("collocated", 2), "local", iterations=3, max_staleness=1)
+    inline = train_roles(cfg, preset("collocated", 2), "local", iterations=3, max_staleness=1, learner_thread=False)
+    assert threaded["where"]["learner"][0]["thread"].startswith("LearnerWorker")
+    assert inline["where"]["learner"][0]["thread"] == threading.current_thread().name
+    assert [h["staleness"] for h in threaded["history"]] == [0, 1, 1]
+    for k, v in inline["weights"].items():
+        assert torch.equal(v, threaded["weights"][k]), k
 
 
 @pytest.mark.parametrize("workers", [1, 2])

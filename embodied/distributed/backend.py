@@ -2,8 +2,9 @@
 them and calls their methods.
 
     local   the objects live in this process (the default; pdb steps into every role).
-            A role built with threaded=True runs its calls on its own thread (pipelined
-            rollout: MuJoCo and torch release the GIL), otherwise calls run inline.
+            A role built with threaded=True runs its calls on its own thread (env workers
+            of a pipeline; the learner with max_staleness >= 1, so that its update overlaps
+            the next collection: MuJoCo and torch release the GIL), otherwise calls run inline.
     ray     the same classes become Ray actors through a factory:
             ray.remote(cls).options(num_cpus=..., num_gpus=..., label_selector=...).
 

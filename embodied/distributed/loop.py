@@ -42,9 +42,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def build_roles(cfg: ExperimentConfig, placement: Placement, backend: Any) -> tuple[Any, list[Any]]:
+def build_roles(cfg: ExperimentConfig, placement: Placement, backend: Any,
+                learner_thread: bool = False) -> tuple[Any, list[Any]]:
     """Env workers, the rollout role and the learner(s) on `backend`; -> (collector, learners):
-    a ShardedCollector for PPO, a GroupedCollector (whole episodes in groups) for GRPO."""
+    a ShardedCollector for PPO, a GroupedCollector (whole episodes in groups) for GRPO.
+    learner_thread (backend local): the learner runs its calls on a thread of its own, so that
+    an update overlaps the driver's next collection (k >= 1); Ray's actors ignore it."""
     sizes = shard_sizes(cfg.env.num_envs, placement.env.count)
     starts = [sum(sizes[:i]) for i in range(len(sizes))]
     threaded = placement.stages > 1
@@ -58,8 +61,8 @@ def build_roles(cfg: ExperimentConfig, placement: Placement, backend: Any) -> tu
     seed = cfg.train.seed
     rollout = backend.create(RolloutWorker, placement.rollout, cfg, spec, seed)
     world, master = placement.learner.count, f"127.0.0.1:{free_port()}"
-    learners = [backend.create(LearnerWorker, placement.learner, cfg, spec, seed, 1, rank, world, master)
-                for rank in range(world)]
+    learners = [backend.create(LearnerWorker, placement.learner, cfg, spec, seed, 1, rank, world, master,
+                               threaded=learner_thread) for rank in range(world)]
     if cfg.train.algorithm == "grpo":
         return GroupedCollector(backend, workers, sizes, rollout, cfg.grpo.group_size, make_worker,
                                 placement.stages), learners
@@ -87,7 +90,8 @@ def role_times(backend: Any, collector: Any, learners: list[Any], wall: float) -
 
 
 def train_roles(cfg: ExperimentConfig, placement: Placement, backend_name: str = "local",
-                iterations: int = 1, log_dir: str | Path | None = None, max_staleness: int = 0) -> dict[str, Any]:
+                iterations: int = 1, log_dir: str | Path | None = None, max_staleness: int = 0,
+                learner_thread: bool | None = None) -> dict[str, Any]:
     """Run `iterations` iterations; -> {"weights": the learner's final state_dict, "version": its
     version, "history": per-iteration stats, "where": pid and node of every role}. PPO, or GRPO
     (cfg.train.algorithm; one episode of every env per iteration, envs in groups).
@@ -98,9 +102,10 @@ def train_roles(cfg: ExperimentConfig, placement: Placement, backend_name: str =
     history); PPO's ratio is then taken against the stale behaviour policy's log-probs
     (importance-corrected by the clip), or against the learner's own recomputed ones with
     ppo.recompute_log_probs. Each update's weights are asked for right after it (an actor runs
-    its calls in order), so update j always pushes version j + 1. On Ray collection and updates
-    overlap; `local` runs the same schedule one call after the other, so both backends give the
-    same weights.
+    its calls in order), so update j always pushes version j + 1. Collection and updates
+    overlap: on Ray the learner is an actor; on `local` it runs its calls on a thread of its own
+    (learner_thread None: when k >= 1; False: inline, the same schedule one call after the
+    other). Both backends, threaded or inline, give the same weights.
 
     With log_dir, each iteration's stats go to TensorBoard there: train/, rollout/ and time/
     (collect, inference, env_wait and update seconds, weight version, staleness, each role's
@@ -111,7 +116,8 @@ def train_roles(cfg: ExperimentConfig, placement: Placement, backend_name: str =
     try:
         if cfg.train.torch_threads:
             torch.set_num_threads(cfg.train.torch_threads)
-        collector, learners = build_roles(cfg, placement, backend)
+        threaded = max_staleness > 0 if learner_thread is None else learner_thread
+        collector, learners = build_roles(cfg, placement, backend, threaded)
         first = collector.reset(seed=cfg.train.seed)
         if first is not None:  # GRPO keeps no observation between iterations (train.py does the same)
             backend.get([backend.call(lrn, "observe", first) for lrn in learners])

@@ -2,9 +2,12 @@
 or makes them Ray actors (embodied/distributed/backend.py). Arguments and results are
 picklable: configs, tensors, small dataclasses.
 
-Each role that draws random numbers owns its torch generator state (`OwnRng`): in one process
-the roles would otherwise share torch's global generator, and the draws of one would shift
-the others', so `local` and `ray` would differ.
+Each role that draws random numbers owns its torch random stream: in one process the roles
+would otherwise share torch's global generator, and the draws of one would shift the others',
+so `local` and `ray` would differ. The rollout role swaps its stream in for each call (`OwnRng`:
+the policy samples from the global generator); the learner's only draws, the minibatch
+permutations, come from a torch.Generator of its own, so it never touches the global stream
+and can update on a thread of its own while the rollout role infers (backend local, k >= 1).
 
 Each role measures its own busy time: the methods marked `@busy` (env steps, inference, the
 update, weight loads) add their wall seconds, and the CPU seconds of the thread that ran them,
@@ -18,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import threading
 import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
@@ -30,7 +34,8 @@ from sims.vecenv import ChunkStepResult, EnvSpec, Obs
 
 
 def where() -> dict[str, Any]:
-    """{"pid": this process, "node": the Ray node id when run by Ray, else "local"}."""
+    """{"pid": this process, "node": the Ray node id when run by Ray, else "local", "thread": the
+    name of the thread that runs the role's calls}."""
     node = "local"
     try:
         import ray
@@ -39,7 +44,7 @@ def where() -> dict[str, Any]:
             node = ray.get_runtime_context().get_node_id()
     except ImportError:
         pass
-    return {"pid": os.getpid(), "node": node}
+    return {"pid": os.getpid(), "node": node, "thread": threading.current_thread().name}
 
 
 def busy(method: Callable) -> Callable:
@@ -186,11 +191,12 @@ class RolloutWorker(Role, OwnRng):
         self._rng = state["rng"]
 
 
-class LearnerWorker(Role, OwnRng):
+class LearnerWorker(Role):
     """The PPO / GRPO learner of train.py on its own copy of the policy. With world_size > 1 it
     is one rank of a data-parallel group (embodied/distributed/data_parallel.py): it updates on
     its slice of the env dimension (GRPO: of the kept groups) and gradients are averaged over
-    ranks."""
+    ranks. Its random stream is a torch.Generator (the minibatch permutations; the policies'
+    `evaluate` draws nothing), never torch's global one."""
 
     def __init__(self, cfg: ExperimentConfig, spec: EnvSpec, seed: int, threads: int = 1,
                  rank: int = 0, world_size: int = 1, master: str = "127.0.0.1:29500"):
@@ -207,7 +213,8 @@ class LearnerWorker(Role, OwnRng):
 
             self.dp = DataParallel(self.policy, rank, world_size, master)
             self.dp.attach(self.learner)
-        self.init_rng(seed + 2 + rank)
+        self.generator = torch.Generator().manual_seed(seed + 2 + rank)
+        self.learner.generator = self.generator
 
     @busy
     def observe(self, obs: Obs) -> None:
@@ -226,8 +233,7 @@ class LearnerWorker(Role, OwnRng):
                 batch, self.dp.share = grpo_shard(traj, self.learner.grpo, self.rank, self.world_size)
             else:
                 batch = shard_trajectory(traj, self.rank, self.world_size)
-        with self.own_rng():
-            stats = self.learner.update(batch)
+        stats = self.learner.update(batch)
         self.policy.update_normalizer(traj.obs)
         self.version += 1
         return stats
@@ -235,12 +241,13 @@ class LearnerWorker(Role, OwnRng):
     def state_dict(self) -> dict[str, Any]:
         """The learner's state (optimiser, iteration, reward scaler), its RNG stream and version;
         the weights are saved with the policy."""
-        return {"learner": self.learner.state_dict(), "rng": self._rng, "version": self.version}
+        return {"learner": self.learner.state_dict(), "rng": self.generator.get_state(), "version": self.version}
 
     def load_state_dict(self, state: dict[str, Any], weights: dict[str, torch.Tensor]) -> None:
         self.policy.load_state_dict(weights)
         self.learner.load_state_dict(state["learner"])
-        self._rng, self.version = state["rng"], int(state["version"])
+        self.generator.set_state(state["rng"])
+        self.version = int(state["version"])
 
     @busy
     def weights(self) -> tuple[dict[str, torch.Tensor], int]:

@@ -12,12 +12,12 @@ learner's optimiser), so a killed run resumes exactly (`embodied train --resume 
 
 train.max_staleness k = 0: each batch is collected on the newest weights, then the learner
 updates. k >= 1: while the learner updates on batch i, the driver collects ahead on the weights
-before that update until k batches wait (1: batch i + 1; they overlap on Ray; `local` runs the
-calls one after the other, with the same result), so a batch is at most k versions stale. No
-batch is collected ahead past an iteration that saves a checkpoint (nor past the run's end):
-that iteration drains, a checkpoint never holds a batch in flight, and a resumed run follows
-the uninterrupted run's schedule exactly; the batch after a drain is 0 versions stale. Every
-iteration logs its batch's weight version and staleness.
+before that update until k batches wait (1: batch i + 1; they overlap: on Ray the learner is an
+actor, on `local` it runs on a thread of its own, with the same result), so a batch is at most
+k versions stale. No batch is collected ahead past an iteration that saves a checkpoint (nor
+past the run's end): that iteration drains, a checkpoint never holds a batch in flight, and a
+resumed run follows the uninterrupted run's schedule exactly; the batch after a drain is 0
+versions stale. Every iteration logs its batch's weight version and staleness.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) ->
     backend = make_backend(backend_name, placement)  # resources and the address, before anything starts
     eval_env = None
     try:
-        collector, learners = build_roles(cfg, placement, backend)
+        collector, learners = build_roles(cfg, placement, backend, learner_thread=tc.max_staleness > 0)
         b = backend
         spec = b.get(b.call(collector.workers[0], "spec"))
         spec = dataclasses.replace(spec, num_envs=cfg.env.num_envs)
