@@ -205,3 +205,115 @@ def test_image_observations_share_one_encoder_trained_by_the_critic(tmp_path):
     actor, version = load_policy(tmp_path / "p.safetensors")
     assert version == 3 and actor.encoder.image == (8, 8)
     assert torch.equal(actor.sample(v, deterministic=True)[0], agent.actor.sample(v, deterministic=True)[0])
+
+
+def test_random_shift_moves_each_frame_by_at_most_pad_and_leaves_the_state():
+    from embodied.robot_rl.augment import random_shift
+
+    h, w, pad, n = 12, 10, 2, 300
+    frame = torch.zeros(h, w, 3)
+    frame[5, 4] = 255.0  # one marked pixel: where it lands is the shift
+    state = torch.arange(n * 3.0).reshape(n, 3)
+    obs = torch.cat([frame.reshape(1, -1).expand(n, -1), state], -1)
+    out = random_shift(obs, (h, w), pad, torch.Generator().manual_seed(0))
+    assert out.shape == obs.shape and torch.equal(out[:, h * w * 3:], state)
+    marks = out[:, :h * w * 3].reshape(n, h, w, 3)[..., 0].flatten(1).argmax(1)
+    dy, dx = marks // w - 5, marks % w - 4
+    assert dy.abs().max() <= pad and dx.abs().max() <= pad
+    assert set(dy.tolist()) == set(dx.tolist()) == set(range(-pad, pad + 1))  # every shift is drawn, per sample
+    assert (out[:, :h * w * 3] == 255.0).sum(1).eq(3).all()  # the mark moves whole; edges repeat the border
+    assert random_shift(obs, (h, w), 0) is obs
+
+
+def test_agent_shifts_only_image_batches_obs_and_next_obs_independently():
+    b = {"obs": torch.rand(64, 8 * 8 * 3 + 2) * 255, "next_obs": torch.rand(64, 8 * 8 * 3 + 2) * 255}
+    b["next_obs"] = b["obs"].clone()
+    img = SACAgent(b["obs"].shape[1], 2, SACConfig(hidden=(8,)), image=(8, 8))
+    assert img.cfg.image_shift == 4  # on by default with images
+    out = img.augment(b)
+    assert not torch.equal(out["obs"], b["obs"]) and not torch.equal(out["obs"], out["next_obs"])
+    assert SACAgent(b["obs"].shape[1], 2, SACConfig(hidden=(8,), image_shift=0), image=(8, 8)).augment(b) is b
+    assert SACAgent(b["obs"].shape[1], 2, SACConfig(hidden=(8,))).augment(b) is b  # state: never shifted
+    with pytest.raises(ValueError, match=r"^sac\.image_shift: must be >= 0"):
+        SACConfig(image_shift=-1)
+
+
+def _steps(rewards, terminated_last=False, intervened=()):
+    return [{"obs": torch.tensor([float(i)]), "action": torch.tensor([i + 0.5, -i - 0.5]),
+             "reward": torch.tensor(r), "next_obs": torch.tensor([i + 1.0]),
+             "terminated": float(terminated_last and i == len(rewards) - 1), "intervened": float(i in intervened),
+             "version": float(10 + i), "episode": 3, "step": i} for i, r in enumerate(rewards)]
+
+
+def test_chunk_transition_by_hand():
+    from embodied.robot_rl.replay import chunk_transition
+
+    # 3 steps of a chunk of 4 (the episode succeeded at the third): reward 0 + 0.9 * 0.5 + 0.81 * 1 = 1.26
+    t = chunk_transition(_steps([0.0, 0.5, 1.0], terminated_last=True, intervened=(1,)), 4, 0.9)
+    assert t["reward"].item() == pytest.approx(1.26)
+    assert t["steps"] == 3.0 and t["terminated"] == 1.0 and t["intervened"] == 1.0
+    assert t["obs"].item() == 0.0 and t["next_obs"].item() == 3.0 and t["version"] == 10.0 and t["step"] == 0
+    assert t["action"].tolist() == [0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 0.0, 0.0]  # executed, zeros past the end
+    one = _steps([0.25])
+    assert chunk_transition(one, 1, 0.9) == {**one[0], "steps": 1.0}  # single actions: the transition as it is
+
+
+def test_chunk_transitions_from_an_episode_and_the_critic_target_with_gamma_to_the_h():
+    from embodied.robot_rl.replay import chunk_transitions
+
+    ts = _steps([0.0] * 5)  # truncated: every chunk bootstraps
+    chunks = chunk_transitions(ts, 2, 0.9)
+    assert [(t["step"], t["steps"], t["next_obs"].item()) for t in chunks] == [(0, 2.0, 2.0), (2, 2.0, 4.0), (4, 1.0, 5.0)]
+    assert [t["step"] for t in chunk_transitions(ts, 2, 0.9, stride=1)] == [0, 1, 2, 3, 4]
+    # y = R + gamma^h (1 - terminated) min_e Q': h = 2 -> 0.5 + 0.81 * 1, h = 1 -> 0 + 0.9 * 3
+    gamma = 0.9 ** torch.tensor([2.0, 1.0])
+    y = sac.critic_target(torch.tensor([0.5, 0.0]), torch.zeros(2), NEXT_Q, NEXT_LOGP, gamma, alpha=0.1)
+    torch.testing.assert_close(y, torch.tensor([1.31, 2.7]))
+    # a terminated chunk does not bootstrap, whatever its length
+    y = sac.critic_target(torch.tensor([1.26]), torch.ones(1), NEXT_Q[:, :1], NEXT_LOGP[:1], 0.9 ** torch.tensor([3.0]), 0.1)
+    assert y.item() == pytest.approx(1.26)
+
+
+def test_chunk_one_is_single_actions_exactly():
+    """sac.chunk 1 reads no steps field: two agents from one seed, one fed batches whose steps say 5,
+    stay bit for bit equal (gamma, not gamma^5); with chunk 2 the same batches give another target."""
+    def agent(chunk):
+        torch.manual_seed(0)
+        return SACAgent(3, 2 * chunk, SACConfig(hidden=(8,), batch_size=8, chunk=chunk))
+
+    base = {k: v[:8] for k, v in mixed_batch(_bandit(8, 0.5), Replay(), 8, 0.5, torch.Generator().manual_seed(1)).items()}
+    base["terminated"] = torch.zeros(8)
+    odd = {**base, "steps": torch.full((8,), 5.0)}
+    a, b = agent(1), agent(1)
+    torch.manual_seed(2)
+    sa = a.critic_step(base)
+    torch.manual_seed(2)
+    sb = b.critic_step(odd)
+    assert sa == sb and all(torch.equal(p, q) for p, q in zip(a.critic.parameters(), b.critic.parameters()))
+    assert SACConfig().chunk == 1
+    c = agent(2)
+    wide = {**odd, "action": torch.cat([odd["action"], odd["action"]], -1)}
+    torch.manual_seed(2)
+    with torch.no_grad():
+        next_a, next_logp = c.actor.sample(wide["next_obs"])
+        v = c.target(wide["next_obs"], next_a).min(0).values
+    torch.manual_seed(2)
+    assert c.critic_step(wide)["target_mean"] == pytest.approx((0.5 + 0.97 ** 5 * v).mean().item(), rel=1e-5)
+
+
+def test_chunk_config_errors_are_one_line(tmp_path):
+    from embodied.robot_rl.actor import Actor
+    from embodied.robot_rl.config import FinetuneConfigError, config_from_dict
+    from embodied.robot_rl.data import save_policy
+    from embodied.robot_rl.networks import TanhGaussianActor
+    from sims.vecenv import EnvError
+
+    with pytest.raises(FinetuneConfigError, match=r"^sac\.chunk: 2 with residual .*; allowed with residual: 1$"):
+        config_from_dict({"residual": {"base": "vla"}, "sac": {"chunk": 2}, "obs_key": "state"})
+    with pytest.raises(FinetuneConfigError, match=r"^sac\.chunk: must be >= 1, got 0$"):
+        config_from_dict({"sac": {"chunk": 0}})
+    save_policy(tmp_path / "policy.safetensors", TanhGaussianActor(15, 4, (8,)), 0, (8,))  # single actions
+    cfg = config_from_dict({"run_dir": str(tmp_path), "sac": {"chunk": 2}, "sim": {},
+                            "robot": {"task": "Reach", "privileged_topic": "/privileged", "privileged_dim": 15}})
+    with pytest.raises(EnvError, match=r"^sac\.chunk: 2 actions of 4 \(robot\.action_dim\), but .* gives 4 values$"):
+        Actor(cfg)

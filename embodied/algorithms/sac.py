@@ -6,6 +6,8 @@ Shapes: N transitions, A action dims, E critics in the ensemble.
                        log pi(a) = sum_j [log Normal(u_j) - log(1 - tanh(u_j)^2)]
                        with log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2 u))  (stable form)
   critic target        y = r + gamma (1 - terminated) (min_e Q'_e(s', a') - [alpha log pi(a'|s')])
+                       (action chunks: r the discounted sum over the h steps executed, gamma^h
+                       per transition, s' the observation h steps later)
                        a' ~ pi(.|s'); Q' the target critics; the min over a random subset of the
                        ensemble (RLPD) or over all of it; the bracket only with backup_entropy
   critic loss          sum_e mean_n (Q_e(s, a) - y)^2        (each critic regresses on the same y)
@@ -31,13 +33,13 @@ def tanh_log_prob(u: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) ->
 
 
 def critic_target(reward: torch.Tensor, terminated: torch.Tensor, next_q: torch.Tensor,
-                  next_log_prob: torch.Tensor, gamma: float, alpha: float | torch.Tensor,
+                  next_log_prob: torch.Tensor, gamma: float | torch.Tensor, alpha: float | torch.Tensor,
                   backup_entropy: bool = False, subsample: int | None = None,
                   generator: torch.Generator | None = None) -> torch.Tensor:
     """y [N] (no gradient). reward, terminated [N]; next_q [E, N] = Q'_e(s', a'), a' ~ pi(s');
     next_log_prob [N]; subsample: the min is taken over that many randomly chosen critics
     (RLPD's 2 of 10), else over all E. A truncated transition keeps terminated = False and
-    bootstraps."""
+    bootstraps. gamma: a float, or [N] per transition (an action chunk of h steps: gamma^h)."""
     with torch.no_grad():
         q = next_q
         if subsample is not None and subsample < q.shape[0]:

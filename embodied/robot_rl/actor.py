@@ -4,10 +4,13 @@ take over from the teleop topic, records every episode (LeRobot v3; a success's 
 one more row) and streams each transition, tagged with the weight version it was acted with,
 to the learner.
 
-Per step: newest weights from the link -> action from the policy (sampled; with `residual`,
+Per step: newest weights from the link -> action from the policy (sampled; with sac.chunk H
+the next of the chunk of H actions it gave at the chunk's first step; with `residual`,
 the frozen VLA's action plus the policy's bounded residual, embodied/robot_rl/residual.py) -> the operator's
 action instead while it is in control (the transition is marked intervened) -> env.step (the
-safety filter, then the command) -> an operator label (labels:) may end the episode -> with
+safety filter, then the command) -> an operator label (labels:) may end the episode -> at a
+chunk's end (every step with single actions; earlier when the episode ends) its transition to
+the learner (replay.chunk_transition: the actions executed, the operator's included) -> with
 actor.lockstep, wait for the learner's updates. If no weights came for actor.learner_timeout_s, the learner
 is lost: "continue" acts on the last weights, "hold" sends nothing until weights come again.
 The run ends after actor.episodes training episodes, at an e-stop (clean: the episode so far is
@@ -31,6 +34,7 @@ from embodied.robot_rl.data import load_policy
 from embodied.robot_rl.labels import Labels
 from embodied.robot_rl.link import ActorLink, to_wire
 from embodied.robot_rl.obs import obs_vector
+from embodied.robot_rl.replay import chunk_transition
 from embodied.robot_rl.residual import BasePolicy, compose, residual_of
 from embodied.robot_rl.sim_robot import SimOperator, SimRobot
 from robot_bridge.robot_env import RobotEnv
@@ -44,6 +48,9 @@ class Actor:
     def __init__(self, cfg: FinetuneConfig, env: RobotEnv | SimRobot | None = None):
         self.cfg, self.dir = cfg, Path(cfg.run_dir)
         self.policy, self.version = load_policy(self.dir / "policy.safetensors")
+        if self.policy.action_dim != cfg.sac.chunk * cfg.robot.action_dim:
+            raise EnvError(f"sac.chunk: {cfg.sac.chunk} actions of {cfg.robot.action_dim} (robot.action_dim), but "
+                           f"{self.dir / 'policy.safetensors'} gives {self.policy.action_dim} values")
         if env is None and cfg.sim is not None:
             env = SimRobot(cfg.robot, cfg.sim)
         elif env is None:  # success from the twin's topic, the operator, or a learned classifier
@@ -151,6 +158,8 @@ class Actor:
         raises EnvError (the episode so far recorded) when the robot fails or is e-stopped."""
         steps, success, label = [], False, None
         started = time.monotonic()  # labels given before this belong to an earlier episode
+        H, A = self.cfg.sac.chunk, self.cfg.robot.action_dim
+        plan, pending = None, []  # sac.chunk: the policy's chunk [H, A] and the one-step transitions executed of it
         if self.base is not None:
             self.base.reset()
             obs = self._based(obs)
@@ -160,7 +169,9 @@ class Actor:
                     self._poll_link()
                     self._hold_for_learner()
                 o = self._policy_obs(obs)
-                r = a = self._act(o, deterministic)  # r: what the policy learns from (residual: the residual)
+                if not pending:  # a new chunk (every step with single actions), executed open loop
+                    plan = self._act(o, deterministic).reshape(H, A)
+                r = a = plan[len(pending)][None]  # r: what the policy learns from (residual: the residual)
                 if self.base is not None:
                     a = compose(obs["base_action"], r, self.cfg.residual.scale)
                 manual = self.teleop.action() if (self.teleop is not None and index is not None) else None
@@ -193,15 +204,18 @@ class Actor:
                         frame = self._past_success(frame, steps)
                     steps.append({"obs": frame, "action": torch.zeros_like(a[0]), "reward": torch.tensor(0.0),
                                   "success": torch.tensor(True), "intervened": False, "version": self.version})
-                if index is not None:
-                    t = {"obs": o[0], "action": r[0], "reward": res.reward[0].float(),
-                         "next_obs": self._policy_obs(nxt)[0],
-                         "terminated": float(res.terminated[0]), "intervened": float(manual is not None),
-                         "version": float(self.version), "episode": index, "step": step}
-                    self.memory.setdefault(index, []).append(t)
-                    self.link.send(("transition", to_wire(t)))
-                    if self.cfg.actor.lockstep:
-                        self._wait_synced((index, step))
+                pending.append({"obs": o[0], "action": r[0], "reward": res.reward[0].float(),
+                                "next_obs": self._policy_obs(nxt)[0] if index is not None else None,
+                                "terminated": float(res.terminated[0]), "intervened": float(manual is not None),
+                                "version": float(self.version), "episode": index, "step": step})
+                if len(pending) == H or done:  # the chunk's transition: what was executed of it
+                    if index is not None:
+                        t = chunk_transition(pending, H, self.cfg.sac.gamma)
+                        self.memory.setdefault(index, []).append(t)
+                        self.link.send(("transition", to_wire(t)))
+                        if self.cfg.actor.lockstep:
+                            self._wait_synced((index, t["step"]))
+                    pending = []
                 if done and not getattr(self.env, "autoreset", True):
                     res.obs, _ = self.env.reset()  # after the frames past a success
                 obs = res.obs
@@ -227,7 +241,7 @@ class Actor:
             if manual is not None:
                 a = torch.as_tensor(manual, dtype=torch.float32)[None]
             else:
-                a = self._act(self._policy_obs(frame), deterministic=True)
+                a = self._act(self._policy_obs(frame), deterministic=True)[:, :self.cfg.robot.action_dim]
                 if self.base is not None:
                     a = compose(frame["base_action"], a, self.cfg.residual.scale)
             nxt = self._based(self.env.step_past_end(a), fresh=True)

@@ -1,6 +1,10 @@
 """The off-policy learner's agent: SAC with an ensemble critic over a replay of online and
 demonstration transitions (RLPD / HIL-SERL). `update` runs `utd` critic steps, each on its
-own batch, then one actor and temperature step on the last batch (RLPD's update order)."""
+own batch, then one actor and temperature step on the last batch (RLPD's update order).
+With image observations each batch's frames are randomly shifted first (sac.image_shift, DrQ:
+embodied/robot_rl/augment.py). With sac.chunk H > 1 an action is a chunk of H actions [H * A]
+and a transition spans the steps it executed ("steps" h <= H): the critic bootstraps with
+gamma^h (embodied/robot_rl/replay.py, chunk_transition)."""
 
 from __future__ import annotations
 
@@ -11,9 +15,10 @@ from dataclasses import dataclass
 import torch
 
 from embodied.algorithms import sac
+from embodied.robot_rl.augment import random_shift
 from embodied.robot_rl.networks import EnsembleCritic, TanhGaussianActor
 
-Batch = dict[str, torch.Tensor]  # obs [N, D], action [N, A], reward [N], next_obs [N, D], terminated [N]
+Batch = dict[str, torch.Tensor]  # obs [N, D], action [N, A], reward [N], next_obs [N, D], terminated [N], steps [N]
 
 
 @dataclass
@@ -34,6 +39,8 @@ class SACConfig:
     demo_fraction: float = 0.5  # RLPD's symmetric sampling: half of each batch from the demos
     bc_weight: float = 0.0  # > 0: add bc_weight * |mean action - a|^2 on demo/intervened rows to the actor loss
     obs_min_std: float = 0.0  # observation dims whose std over the demos is below this are not scaled (ObsNorm)
+    image_shift: int = 4  # image observations: DrQ's random shift by up to this many pixels (0: off)
+    chunk: int = 1  # actions per policy output, executed open loop (1: single actions)
 
     def __post_init__(self) -> None:
         bad = {k: v for k, v in (("gamma", self.gamma), ("tau", self.tau), ("demo_fraction", self.demo_fraction))
@@ -44,7 +51,9 @@ class SACConfig:
         for k in ("lr", "init_temperature"):
             if not getattr(self, k) > 0:
                 raise ValueError(f"sac.{k}: must be > 0, got {getattr(self, k)}")
-        for k in ("batch_size", "utd", "ensemble"):
+        if int(self.image_shift) < 0:
+            raise ValueError(f"sac.image_shift: must be >= 0 (0: off), got {self.image_shift}")
+        for k in ("batch_size", "utd", "ensemble", "chunk"):
             if int(getattr(self, k)) < 1:
                 raise ValueError(f"sac.{k}: must be >= 1, got {getattr(self, k)}")
         if self.subsample is not None and not 1 <= self.subsample <= self.ensemble:
@@ -56,7 +65,7 @@ class SACAgent:
     """actor (TanhGaussianActor), critic and target critic (EnsembleCritic), log_alpha."""
 
     def __init__(self, obs_dim: int, action_dim: int, cfg: SACConfig, image: tuple[int, int] | None = None):
-        self.cfg = cfg
+        self.cfg, self.image = cfg, image
         self.actor = TanhGaussianActor(obs_dim, action_dim, cfg.hidden, image)
         self.critic = EnsembleCritic(obs_dim, action_dim, cfg.ensemble, cfg.hidden, image)
         if image:  # one encoder: the critic's loss trains it, the actor reads it detached (DrQ)
@@ -79,11 +88,22 @@ class SACAgent:
     def alpha(self) -> torch.Tensor:
         return self.log_alpha.detach().exp()
 
+    def augment(self, b: Batch) -> Batch:
+        """The batch with its frames randomly shifted (obs and next_obs independently); as it is
+        without images or with sac.image_shift 0."""
+        if self.image is None or self.cfg.image_shift <= 0:
+            return b
+        pad = self.cfg.image_shift
+        return {**b, "obs": random_shift(b["obs"], self.image, pad),
+                "next_obs": random_shift(b["next_obs"], self.image, pad)}
+
     def critic_step(self, b: Batch) -> dict[str, float]:
+        # chunks: gamma^h for a transition of h steps (single actions: gamma, as before)
+        gamma = self.cfg.gamma if self.cfg.chunk == 1 else self.cfg.gamma ** b["steps"]
         with torch.no_grad():
             next_a, next_logp = self.actor.sample(b["next_obs"])
             y = sac.critic_target(b["reward"], b["terminated"], self.target(b["next_obs"], next_a), next_logp,
-                                  self.cfg.gamma, self.alpha, self.cfg.backup_entropy, self.cfg.subsample)
+                                  gamma, self.alpha, self.cfg.backup_entropy, self.cfg.subsample)
         q = self.critic(b["obs"], b["action"])
         loss = sac.critic_loss(q, y)
         self.opt_critic.zero_grad(set_to_none=True)
@@ -111,7 +131,8 @@ class SACAgent:
 
     def update(self, batches: list[Batch], actor: bool = True) -> dict[str, float]:
         """len(batches) critic steps (utd), then an actor and temperature step on the last batch
-        (skipped with actor=False, e.g. during a critic warm-up)."""
+        (skipped with actor=False, e.g. during a critic warm-up); image batches shifted first."""
+        batches = [self.augment(b) for b in batches]
         stats: dict[str, float] = {}
         for b in batches:
             stats = self.critic_step(b)

@@ -113,6 +113,9 @@ class FinetuneConfig:
         if self.sim is not None and self.labels is not None and self.labels.topic is not None:
             raise FinetuneConfigError("labels.topic: the in-process twin (sim) has no ROS 2 topics; allowed with sim: "
                                       "null (labels.terminal: true)")
+        if self.residual is not None and self.sac.chunk != 1:
+            raise FinetuneConfigError(f"sac.chunk: {self.sac.chunk} with residual (a residual per step on the VLA's "
+                                      "chunk); allowed with residual: 1")
         if self.residual is not None and self.init.weights:
             raise FinetuneConfigError("init.weights: with residual the starting residual is zero (the VLA's own "
                                       "actions); allowed with residual: null")

@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 from embodied.dataset import read_episodes, read_meta
 from embodied.dataset_layout import DatasetError
 from embodied.robot_rl.networks import TanhGaussianActor
-from embodied.robot_rl.replay import episode_transitions
+from embodied.robot_rl.replay import chunk_transitions, episode_transitions
 from embodied.robot_rl.residual import residual_of
 
 
@@ -52,13 +52,16 @@ def load_policy(path: str | Path) -> tuple[TanhGaussianActor, int]:
 
 def dataset_transitions(root: str | Path, obs_key: str, episodes: list[int] | None = None,
                         skip: set[int] = frozenset(),
-                        residual_scale: float | None = None, reward: str = "success") -> tuple[list[dict], list[int]]:
+                        residual_scale: float | None = None, reward: str = "success", chunk: int = 1,
+                        gamma: float = 1.0, stride: int | None = None) -> tuple[list[dict], list[int]]:
     """Transitions of a dataset's committed episodes (all, or `episodes`), leaving out the
     indices in `skip`; the reward is the success flag (the sparse reward the robot gives), or
     with reward="recorded" the dataset's reward column (a twin's dense reward; `embodied
     collect` records the task's).
     residual_scale: the run's episodes of a residual on a VLA (embodied/robot_rl/residual.py):
     obs is [obs_key, base_action] and the action the residual that explains the executed one.
+    chunk > 1: transitions of action chunks (replay.chunk_transitions: from step 0 every `stride`
+    steps, default chunk, as the actor executed them; reward discounted by gamma within a chunk).
     Returns (transitions, episode indices read)."""
     from embodied.robot_rl.obs import obs_keys, obs_vector
 
@@ -80,6 +83,8 @@ def dataset_transitions(root: str | Path, obs_key: str, episodes: list[int] | No
             obs, action = torch.cat([obs, base], -1), residual_of(action, base, residual_scale)
         r = ep["reward"].float() if reward == "recorded" else success.float()
         ts = episode_transitions(obs, action, r, success, ep.get("intervened"), ep.get("weight_version"))
+        if chunk > 1:
+            ts = chunk_transitions(ts, chunk, gamma, stride)
         out += [{**t, "episode": index} for t in ts]
         read.append(index)
     return out, read

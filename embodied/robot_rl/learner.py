@@ -29,6 +29,7 @@ import torch
 
 from embodied.dataset_layout import DatasetError
 from embodied.robot_rl.agent import SACAgent
+from embodied.robot_rl.augment import random_shift
 from embodied.robot_rl.config import FinetuneConfig
 from embodied.robot_rl.data import committed_episodes, dataset_transitions, load_policy, save_policy
 from embodied.robot_rl.link import connect_learner, poll_all, to_wire
@@ -51,7 +52,9 @@ def demo_transitions(cfg: FinetuneConfig, episodes: int | None = None) -> list[d
         raise DatasetError(f"demos: {cfg.demos} holds no episodes")
     want = cfg.init.bc_episodes if episodes is None else episodes
     k = min(want, n) if want > 0 else n
-    return dataset_transitions(cfg.demos, cfg.obs_key, list(range(k)), reward=reward_source(cfg))[0]
+    # chunks: a window at every step of a demonstration (each a valid transition of its chunk)
+    return dataset_transitions(cfg.demos, cfg.obs_key, list(range(k)), reward=reward_source(cfg),
+                               chunk=cfg.sac.chunk, gamma=cfg.sac.gamma, stride=1)[0]
 
 
 def reward_source(cfg: FinetuneConfig) -> str:
@@ -90,14 +93,16 @@ def prepare(cfg: FinetuneConfig) -> Path:
         raise DatasetError("demos: behaviour cloning (init.bc_episodes > 0) needs a demonstration dataset")
     obs = torch.stack([t["obs"] for t in demos])
     act = torch.stack([t["action"] for t in demos]).clamp(-1, 1)
-    agent = SACAgent(obs.shape[1], act.shape[1], cfg.sac, image_of(cfg.obs_key, cfg.robot.image_size))
+    image = image_of(cfg.obs_key, cfg.robot.image_size)
+    agent = SACAgent(obs.shape[1], act.shape[1], cfg.sac, image)  # act [N, H * A] with sac.chunk H
     agent.set_obs_stats(obs)
     agent.actor.detach_encoder = False  # behaviour cloning trains the encoder too
     g = torch.Generator().manual_seed(cfg.learner.seed)
     opt = torch.optim.Adam(agent.actor.parameters(), lr=cfg.init.bc_lr)
     for _ in range(cfg.init.bc_steps):
         idx = torch.randint(len(obs), (cfg.sac.batch_size,), generator=g)
-        mean, log_std = agent.actor.dist(obs[idx])
+        o = obs[idx] if image is None else random_shift(obs[idx], image, cfg.sac.image_shift, g)  # as SAC's batches
+        mean, log_std = agent.actor.dist(o)
         loss = ((torch.tanh(mean) - act[idx]) ** 2).mean() + 0.01 * ((log_std + 1.5) ** 2).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -133,7 +138,7 @@ class Learner:
         self._episode, self._pending = -1, []  # learner.successes_as_demos: the current episode's transitions
         scale = cfg.residual.scale if cfg.residual is not None else None
         loaded, episodes = (dataset_transitions(self.dir / "online", cfg.obs_key, residual_scale=scale,
-                                                 reward=reward_source(cfg))
+                                                 reward=reward_source(cfg), chunk=cfg.sac.chunk, gamma=cfg.sac.gamma)
                             if (self.dir / "online").exists() else ([], []))
         for t in loaded:
             self._add(t)
@@ -190,7 +195,8 @@ class Learner:
     def serve(self, timeout_s: float = 60.0) -> str:
         """Connect to the actor and learn until it says stop (or goes away). Returns why it ended."""
         lc, lockstep = self.cfg.learner, self.cfg.actor.lockstep
-        push_every_n = max(1, round(lc.push_every_s * self.cfg.robot.control_hz))  # lockstep: robot time
+        # lockstep: robot time (a transition is sac.chunk robot steps)
+        push_every_n = max(1, round(lc.push_every_s * self.cfg.robot.control_hz / self.cfg.sac.chunk))
         conn = connect_learner(self.dir, timeout_s)
         conn.send(("hello", {"episodes": self.loaded_episodes}))
         self._push(conn)

@@ -2,8 +2,9 @@
 
 A transition: obs [D], action [A], reward, next_obs [D], terminated (no bootstrap), and the
 actor's bookkeeping: intervened (the operator's action was executed), version (the weight
-version the actor acted with), episode, step. Intervened transitions go into both buffers
-(HIL-SERL). The buffers hold everything they are given (the runs here are short; a bound
+version the actor acted with), episode, step; steps: how many robot steps it spans (1, or with
+action chunks up to the chunk's length: `chunk_transition`). Intervened transitions go into
+both buffers (HIL-SERL). The buffers hold everything they are given (the runs here are short; a bound
 would be a ring)."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 import torch
 
-FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "intervened", "version")
+FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "intervened", "version", "steps")
 
 
 class Replay:
@@ -27,7 +28,7 @@ class Replay:
         return self._n
 
     def add(self, t: dict[str, Any]) -> None:
-        row = {k: torch.as_tensor(t[k], dtype=torch.float32) for k in FIELDS}
+        row = {k: torch.as_tensor(t.get(k, 1.0) if k == "steps" else t[k], dtype=torch.float32) for k in FIELDS}
         if not self._data:
             self._data = {k: torch.empty((64, *v.shape)) for k, v in row.items()}
         elif self._n == len(self._data["reward"]):
@@ -82,3 +83,32 @@ def episode_transitions(obs: torch.Tensor, action: torch.Tensor, reward: torch.T
         if terminated:
             break
     return out
+
+
+def chunk_transition(steps: list[dict], chunk: int, gamma: float) -> dict:
+    """One transition of an action chunk from the h = len(steps) <= chunk one-step transitions
+    it executed, in order (fewer than chunk when the episode ended inside it): the first one's
+    obs and version; action [chunk * A], the actions executed (the operator's where it was in
+    control), zeros past the episode's end; reward sum_k gamma^k r_k; the last one's next_obs and
+    terminated; steps h (the critic bootstraps with gamma^h); intervened if the operator acted
+    in any of them. A single action (chunk 1) is its one transition as it is."""
+    h = len(steps)
+    if not 1 <= h <= chunk:
+        raise ValueError(f"chunk_transition: {h} steps for a chunk of {chunk}")
+    if chunk == 1:
+        return {**steps[0], "steps": 1.0}
+    first, last = steps[0], steps[-1]
+    action = torch.cat([torch.as_tensor(s["action"]).float() for s in steps])
+    action = torch.cat([action, action.new_zeros((chunk - h) * (len(action) // h))])
+    reward = sum(gamma ** k * float(s["reward"]) for k, s in enumerate(steps))
+    return {**first, "action": action, "reward": torch.tensor(reward, dtype=torch.float32),
+            "next_obs": last["next_obs"], "terminated": float(last["terminated"]), "steps": float(h),
+            "intervened": float(max(float(s["intervened"]) for s in steps))}
+
+
+def chunk_transitions(ts: list[dict], chunk: int, gamma: float, stride: int | None = None) -> list[dict]:
+    """One episode's one-step transitions (in order, from its first step) as chunk transitions
+    starting every `stride` steps (default chunk: the chunks the actor executed; 1: a window at
+    every step, each as valid an h-step transition, for demonstrations)."""
+    stride = chunk if stride is None else stride
+    return [chunk_transition(ts[i:i + chunk], chunk, gamma) for i in range(0, len(ts), stride)]
