@@ -6,6 +6,10 @@ mean and best. A test's threshold sits below the worst of at least 5 seeds.
 
     python benchmarks/bench_learning_tests.py lift_reach_flow_noise --seeds 0,1,2,3,4
     python benchmarks/bench_learning_tests.py --merge runs/lift_a,runs/lift_b --out runs/lift
+    python benchmarks/bench_learning_tests.py reach_color --seeds 0,1,2,3,4 --set demos=500 steps=2000
+
+reach_color is tests/test_vla_learning.py's SFT from pixels (its --set takes demos= and steps=);
+it prints the test's scores per seed and their worst.
 
 Writes <out>/<name>.json (one entry per seed).
 """
@@ -35,6 +39,28 @@ def report(name: str, runs: dict[str, dict]) -> None:
                                                          for s, r in sorted(runs.items(), key=lambda x: int(x[0]))))
 
 
+def reach_color(seeds: str, overrides: list[str], out: Path) -> None:
+    """tests/test_vla_learning.py's SFT and scores, once per seed; overrides: demos=N, steps=N."""
+    from test_vla_learning import instruction_scores, sft_reach_color
+    kw = {}
+    for o in overrides:
+        key, _, value = o.partition("=")
+        if key not in ("demos", "steps") or not value.isdigit():
+            sys.exit(f"--set: reach_color takes demos=N and steps=N, got {o!r}")
+        kw[key] = int(value)
+    runs = {}
+    for seed in map(int, seeds.split(",")):
+        t0 = time.time()
+        policy = sft_reach_color(out / f"reach_color_s{seed}", seed=seed, **kw)
+        runs[str(seed)] = {**instruction_scores(policy), "minutes": round((time.time() - t0) / 60, 2)}
+        print(f"seed {seed}: {runs[str(seed)]}", flush=True)
+        (out / "reach_color.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "set": overrides,
+                                                          "runs": runs}, indent=1))
+    worst = {k: (max if k in ("reached_other", "swapped_wrong") else min)(r[k] for r in runs.values())
+             for k in next(iter(runs.values())) if k != "minutes"}
+    print(f"reach_color {kw or 'the test recipe'}: {len(runs)} seeds, worst {worst}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("name", nargs="?", help="a configs/lift_*.yaml name, e.g. lift_reach_flow_noise")
@@ -53,6 +79,9 @@ def main() -> None:
         for name, runs in merged.items():
             (out / f"{name}.json").write_text(json.dumps({"runs": runs}, indent=1))
             report(name, runs)
+        return
+    if args.name == "reach_color":
+        reach_color(args.seeds, args.set, out)
         return
     if not args.name or not (ROOT / "configs" / f"{args.name}.yaml").is_file():
         sys.exit(f"name: give a configs/lift_*.yaml name, got {args.name!r}")
