@@ -106,7 +106,7 @@ def report(out: Path) -> None:
             diffs = []
             for key in ("success", "return"):
                 x, y = ([r[key] for r in results[m]] for m in (mode, "sync"))
-                diffs.append(f"{key} {statistics.mean(x) - statistics.mean(y):+.3f} (Welch p = {welch_p(x, y):.2f})")
+                diffs.append(f"{key} {statistics.mean(x) - statistics.mean(y):+.3f} (Welch p = {welch_p(x, y):.2g})")
             print(f"{mode} - sync: {', '.join(diffs)}")
     loads = [r["load_average"] for rs in results.values() for r in rs]
     print(f"load average at the runs' ends: {min(loads):.1f}-{max(loads):.1f}")
