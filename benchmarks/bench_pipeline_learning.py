@@ -7,9 +7,10 @@ train.save_every=0 train.eval_every=0 train.video_episodes=0 train.total_steps=S
 train.seed=S` plus, per mode:
 
     sync        nothing (train.max_staleness 0: every batch on the newest weights)
-    stale       train.max_staleness=K (the learner on its own thread, batches K versions stale
-                after the first K; save_every=0, so no checkpoint drains the overlap)
-    recompute   train.max_staleness=K ppo.recompute_log_probs=true
+    stale       train.max_staleness=K ppo.recompute_log_probs=false (the learner on its own thread,
+                batches K versions stale after the first K; save_every=0, so no checkpoint drains
+                the overlap; the ratio against the stale behaviour policy)
+    recompute   train.max_staleness=K ppo.recompute_log_probs=true (the default with K >= 1)
 
 in this process, one after the other (the modes alternate within each seed, so a change of the
 machine's load spreads over all of them). A run's final evaluation (train.eval_episodes fixed
@@ -33,7 +34,7 @@ import statistics
 import time
 from pathlib import Path
 
-MODES = {"sync": [], "stale": ["train.max_staleness={k}"],
+MODES = {"sync": [], "stale": ["train.max_staleness={k}", "ppo.recompute_log_probs=false"],
          "recompute": ["train.max_staleness={k}", "ppo.recompute_log_probs=true"]}
 
 

@@ -89,7 +89,9 @@ class PPOConfig:
     logprob_level: Literal["chunk", "action", "token"] = "chunk"  # granularity of the ratio
     reward_level: Literal["chunk", "action"] = "chunk"  # GAE per chunk, or per executed action
     critic_warmup_iters: int = 0  # first iterations update the value head only
-    recompute_log_probs: bool = False  # old log-probs from the learner's own forward, not the rollout's
+    # old log-probs from the learner's own forward, not the rollout's; None: true exactly when
+    # train.max_staleness >= 1 (a stale behaviour policy learned less: docs/distributed.md)
+    recompute_log_probs: bool | None = None
 
 
 @dataclass
@@ -165,6 +167,14 @@ def config_from_dict(raw: dict[str, Any], overrides: list[str] = ()) -> Experime
     _check_randomization(cfg.env)
     _check_roles(cfg)
     return cfg
+
+
+def with_stale_defaults(cfg: ExperimentConfig, max_staleness: int) -> ExperimentConfig:
+    """cfg with ppo.recompute_log_probs None (unset) resolved: true exactly when the rollout runs
+    max_staleness >= 1 versions behind (a stale behaviour policy learned less; docs/distributed.md)."""
+    if cfg.ppo.recompute_log_probs is not None:
+        return cfg
+    return dataclasses.replace(cfg, ppo=dataclasses.replace(cfg.ppo, recompute_log_probs=max_staleness > 0))
 
 
 def _check_roles(cfg: ExperimentConfig) -> None:

@@ -112,6 +112,18 @@ def test_learner_thread_equals_the_inline_stale_schedule():
         assert torch.equal(v, threaded["weights"][k]), k
 
 
+def test_stale_schedule_recomputes_the_log_probs_by_default():
+    """ppo.recompute_log_probs unset: a stale schedule recomputes the old log-probs (the same
+    weights as with it set true, others than with it false)."""
+    def run(extra, k):
+        cfg = load_config(None, TINY + ["ppo.epochs=2", *extra])
+        return train_roles(cfg, preset("collocated", 1), "local", iterations=3, max_staleness=k)["weights"]
+
+    key = "actor.0.weight"
+    default, on, off = run([], 1), run(["ppo.recompute_log_probs=true"], 1), run(["ppo.recompute_log_probs=false"], 1)
+    assert torch.equal(default[key], on[key]) and not torch.equal(default[key], off[key])
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_sharded_collector_matches_the_single_process_collector(workers):
     """One shard, synchronous: the same trajectory and episode stats as embodied/rollout.py's

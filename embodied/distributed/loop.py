@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from embodied.config import ExperimentConfig
+from embodied.config import ExperimentConfig, with_stale_defaults
 from embodied.distributed.backend import make_backend
 from embodied.distributed.collect import ShardedCollector
 from embodied.distributed.episodes import GroupedCollector
@@ -99,9 +99,9 @@ def train_roles(cfg: ExperimentConfig, placement: Placement, backend_name: str =
     max_staleness k = 0: synchronous (collect on the newest weights, then update). k >= 1: batch
     i is collected on weights of version >= i - k while the updates of the batches before it
     run (1: batch i + 1 during the update on batch i; `staleness` and `weight_version` in the
-    history); PPO's ratio is then taken against the stale behaviour policy's log-probs
-    (importance-corrected by the clip), or against the learner's own recomputed ones with
-    ppo.recompute_log_probs. Each update's weights are asked for right after it (an actor runs
+    history); PPO's ratio is then taken against the learner's own recomputed log-probs
+    (ppo.recompute_log_probs None or true), or against the stale behaviour policy's
+    (ppo.recompute_log_probs=false: importance-corrected by the clip only). Each update's weights are asked for right after it (an actor runs
     its calls in order), so update j always pushes version j + 1. Collection and updates
     overlap: on Ray the learner is an actor; on `local` it runs its calls on a thread of its own
     (learner_thread None: when k >= 1; False: inline, the same schedule one call after the
@@ -112,6 +112,7 @@ def train_roles(cfg: ExperimentConfig, placement: Placement, backend_name: str =
     busy and idle seconds), at the env steps so far."""
     if isinstance(max_staleness, bool) or not isinstance(max_staleness, int) or max_staleness < 0:
         raise PlacementError(f"max_staleness: {max_staleness!r}; allowed: an integer >= 0 (0: synchronous)")
+    cfg = with_stale_defaults(cfg, max_staleness)
     backend = make_backend(backend_name, placement)
     try:
         if cfg.train.torch_threads:

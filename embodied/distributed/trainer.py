@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from embodied.checkpoint import CheckpointError, load_checkpoint
-from embodied.config import ExperimentConfig
+from embodied.config import ExperimentConfig, with_stale_defaults
 from embodied.distributed.backend import make_backend
 from embodied.distributed.loop import build_roles, role_times
 from embodied.distributed.placement import Placement, placement_from_dict
@@ -79,6 +79,7 @@ def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) ->
     from embodied.train import build_env, end_iteration, eval_seeds  # late: train.py imports this module lazily too
 
     tc = cfg.train
+    cfg = with_stale_defaults(cfg, tc.max_staleness)
     run_dir = Path(tc.run_dir)
     placement = placement_of(cfg)
     backend_name = tc.backend or "local"
