@@ -176,8 +176,10 @@ def iterate(backend: object, collector: object, learners: list, iterations: int,
 def run_overlap(cfg: object, stale: bool, iterations: int, backend_name: str) -> tuple[float, float, dict[str, float]]:
     """-> (env steps/s, session CPU per wall second, busy seconds per iteration per role) of
     `iterations` iterations on `backend_name` after one warm-up iteration."""
+    from embodied.config import with_stale_defaults
     from embodied.distributed.backend import make_backend
 
+    cfg = with_stale_defaults(cfg, int(stale))  # as train_roles: a stale run recomputes the log-probs
     place = preset("collocated", env_workers=1)
     backend = make_backend(backend_name, place)
     try:
