@@ -17,7 +17,9 @@ actor, on `local` it runs on a thread of its own, with the same result), so a ba
 k versions stale. No batch is collected ahead past an iteration that saves a checkpoint (nor
 past the run's end): that iteration drains, a checkpoint never holds a batch in flight, and a
 resumed run follows the uninterrupted run's schedule exactly; the batch after a drain is 0
-versions stale. Every iteration logs its batch's weight version and staleness.
+versions stale. Every iteration logs its batch's weight version and staleness. With k >= 1 the
+learner recomputes the old log-probs unless ppo.recompute_log_probs is set false
+(config.with_stale_defaults).
 """
 
 from __future__ import annotations
