@@ -153,3 +153,34 @@ def test_the_actor_asks_the_classifier_instead_of_the_success_topic(recorded, tm
         actor.link.close()
         actor._progress.close()
         actor.close()
+
+
+def test_the_in_process_actor_ends_training_episodes_on_the_classifier(recorded, tmp_path):
+    """sim: with robot.success: classifier: every recorded frame after a step is the classifier's
+    verdict, the run's lines carry the twin's own success, evaluation keeps the twin's."""
+    from embodied.dataset import read_episodes
+    from embodied.robot_rl.actor import Actor
+    from embodied.robot_rl.reward import RewardTrainConfig, train_classifier
+
+    clf_path = tmp_path / "clf.safetensors"
+    train_classifier(recorded / "online", clf_path, RewardTrainConfig(steps=100))
+    clf = SuccessClassifier(clf_path)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "policy.safetensors").write_bytes((recorded / "policy.safetensors").read_bytes())
+    cfg = config_from_dict({"run_dir": str(run), "robot": {**ROBOT, "image_topics": {}, "success": "classifier"},
+                            "reward_classifier": str(clf_path), "sim": {"seed": 3, "operator": True},
+                            "actor": {"episodes": 4, "eval_every": 4, "eval_episodes": 2}})
+    actor = Actor(cfg)
+    try:
+        assert actor.run()["exit_code"] == 0
+    finally:
+        actor.close()
+    rows = [json.loads(line) for line in (run / "progress.jsonl").read_text().splitlines()]
+    episodes = [r for r in rows if r["kind"] == "episode"]
+    assert len(episodes) == 4 and all({"twin_success", "twin_success_step"} <= set(r) for r in episodes)
+    assert not any("twin_success" in r for r in rows if r["kind"] == "eval")
+    for ep, row in zip(read_episodes(run / "online"), episodes):
+        after = [clf({"privileged": x[None]}) for x in ep["obs.privileged"][1:]]  # the frames after each step
+        assert after == [False] * (len(after) - 1) + [row["success"]], (after, row)
+        assert row["twin_success"] == (row["twin_success_step"] is not None)

@@ -51,13 +51,12 @@ class Actor:
         if self.policy.action_dim != cfg.sac.chunk * cfg.robot.action_dim:
             raise EnvError(f"sac.chunk: {cfg.sac.chunk} actions of {cfg.robot.action_dim} (robot.action_dim), but "
                            f"{self.dir / 'policy.safetensors'} gives {self.policy.action_dim} values")
-        if env is None and cfg.sim is not None:
-            env = SimRobot(cfg.robot, cfg.sim)
-        elif env is None:  # success from the twin's topic, the operator, or a learned classifier
+        if env is None:  # success from the twin's topic, the operator, or a learned classifier
             from embodied.robot_rl.reward import classifier_for_robot
 
             clf = classifier_for_robot(cfg.reward_classifier, cfg.robot) if cfg.robot.success == "classifier" else None
-            env = RobotEnv(cfg.robot, success_fn=clf)
+            env = (SimRobot(cfg.robot, cfg.sim, success_fn=clf) if cfg.sim is not None
+                   else RobotEnv(cfg.robot, success_fn=clf))
         self.env = env
         if cfg.actor.frames_after_success:  # the actor resets, after the frames past a success
             self.env.autoreset = False
@@ -158,6 +157,10 @@ class Actor:
         raises EnvError (the episode so far recorded) when the robot fails or is e-stopped."""
         steps, success, label = [], False, None
         started = time.monotonic()  # labels given before this belong to an earlier episode
+        judged = isinstance(self.env, SimRobot) and self.env.success_fn is not None and index is not None
+        if isinstance(self.env, SimRobot):  # the in-process twin with a classifier: it judges training episodes
+            self.env.judging = judged
+        twin_step = None  # judged: the first step the twin itself was in success
         H, A = self.cfg.sac.chunk, self.cfg.robot.action_dim
         plan, pending = None, []  # sac.chunk: the policy's chunk [H, A] and the one-step transitions executed of it
         if self.base is not None:
@@ -195,6 +198,8 @@ class Actor:
                 elif self.base is not None:
                     res.obs = self._based(res.obs)
                 success = bool(res.info["success"][0])
+                if judged and twin_step is None and bool(res.info["twin_success"][0]):
+                    twin_step = len(steps)
                 nxt = (res.final_obs if done else res.obs)
                 steps.append({"obs": obs, "action": a[0], "reward": res.reward[0], "success": res.info["success"][0],
                               "intervened": manual is not None, "version": self.version})
@@ -227,8 +232,9 @@ class Actor:
         n_iv = sum(s["intervened"] and not s.get("past_success", False) for s in steps)
         n = sum(not s.get("past_success", False) for s in steps)  # steps acted within the episode
         n -= success and self.cfg.actor.keep_success_frame
+        truth = {"twin_success": twin_step is not None, "twin_success_step": twin_step} if judged else {}
         return obs, {"success": success, "steps": n, "interventions": n_iv, "intervention_rate": n_iv / max(n, 1),
-                     **({"label": label} if label else {})}
+                     **({"label": label} if label else {}), **truth}
 
     def _past_success(self, frame: dict, steps: list[dict]) -> dict:
         """actor.frames_after_success: act that many steps past a success of a training episode

@@ -107,9 +107,12 @@ class FinetuneConfig:
             raise FinetuneConfigError("obs_key: 'privileged' needs robot.privileged_topic")
         if self.robot.success == "classifier" and not self.reward_classifier:
             raise FinetuneConfigError("reward_classifier: robot.success 'classifier' needs one (embodied reward train)")
-        if self.sim is not None and self.robot.success != "topic":
+        if self.sim is not None and self.robot.success not in ("topic", "classifier"):
             raise FinetuneConfigError(f"robot.success: {self.robot.success!r} with the in-process twin (sim), which "
-                                      "ends episodes at its own success; allowed with sim: topic")
+                                      "ends episodes at its own success; allowed with sim: topic, classifier")
+        if self.sim is not None and self.robot.success == "classifier" and self.sim.reward != "sparse":
+            raise FinetuneConfigError(f"sim.reward: {self.sim.reward!r} with robot.success 'classifier' (the "
+                                      "classifier gives the reward); allowed: sparse")
         if self.sim is not None and self.labels is not None and self.labels.topic is not None:
             raise FinetuneConfigError("labels.topic: the in-process twin (sim) has no ROS 2 topics; allowed with sim: "
                                       "null (labels.terminal: true)")
