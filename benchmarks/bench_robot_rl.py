@@ -11,7 +11,15 @@
 finetune_reach_noop with --demos 20; actor and learner processes) with the overrides. Everything
 it starts is stopped at the end. The curve is run_dir/progress.jsonl.
 `plot` also takes finetune run_dirs themselves (e.g. the in-process residual runs of
-configs/finetune_reach_residual.yaml; --ylabel names what was evaluated)."""
+configs/finetune_reach_residual.yaml; --ylabel names what was evaluated).
+
+    python benchmarks/bench_robot_rl.py verdicts runs/clf_s0 [runs/clf_s1 ...]
+
+`verdicts`: for runs whose training episodes a success classifier ended on the in-process twin
+(robot.success: classifier with sim:, progress lines with twin_success), the held-out success
+before and after, and over the training episodes how often the classifier agreed with the twin:
+successes both saw, false successes (the classifier's, the twin not there), missed successes (the
+twin's, the classifier silent until the time limit) and the steps the classifier came late by."""
 
 from __future__ import annotations
 
@@ -105,6 +113,38 @@ def plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def verdicts(args: argparse.Namespace) -> int:
+    for d in args.runs:
+        rows = read_progress(Path(d))
+        ev = [r["success"] for r in rows if r["kind"] == "eval"]
+        eps = [r for r in rows if r["kind"] == "episode"]
+        if not eps or "twin_success" not in eps[0]:
+            print(f"bench_robot_rl: error: {d}: no twin_success in progress.jsonl (a run with robot.success: "
+                  "classifier and sim:)", file=sys.stderr)
+            return 2
+        both = [r for r in eps if r["success"] and r["twin_success"]]
+        late = [r["steps"] - r["twin_success_step"] - 1 for r in both]  # 0: the same step as the twin
+        held = [r["steps"] - r["twin_success_step"] - 1 for r in eps if r["twin_success"] and not r["success"]]
+        iv = [sum(r["interventions"] for r in eps[i:i + 25]) for i in (0, max(len(eps) - 25, 0))]
+        # the operator's steps until the twin's success (the held frames after a missed one make no progress,
+        # so the takeover rule acts on them too); from the recordings, one per progress line
+        from embodied.dataset import read_episodes
+
+        run_dir = Path(d) / "run" if (Path(d) / "run").is_dir() else Path(d)
+        acting = [int(ep["intervened"][:r["steps"] if r["twin_success_step"] is None else r["twin_success_step"] + 1]
+                      .sum()) for ep, r in zip(read_episodes(run_dir / "online"), eps)]
+        iv_acting = [sum(acting[i:i + 25]) for i in (0, max(len(eps) - 25, 0))]
+        print(json.dumps({"run": Path(d).name, "evals": ev, "episodes": len(eps),
+                          "classifier_successes": sum(r["success"] for r in eps),
+                          "twin_successes": sum(r["twin_success"] for r in eps), "both": len(both),
+                          "false_successes": sum(r["success"] and not r["twin_success"] for r in eps),
+                          "missed_successes": sum(r["twin_success"] and not r["success"] for r in eps),
+                          "late": sum(v > 0 for v in late), "late_steps": sum(late), "held_steps": sum(held),
+                          "train_steps": eps[-1]["train_steps"], "interventions_first_last_25": iv,
+                          "interventions_until_twin_success_first_last_25": iv_acting}))
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -126,6 +166,9 @@ def main() -> int:
     pl.add_argument("--title", default="")
     pl.add_argument("--ylabel", default="success, held-out seeds (over DDS)")
     pl.set_defaults(fn=plot)
+    v = sub.add_parser("verdicts")
+    v.add_argument("runs", nargs="+")
+    v.set_defaults(fn=verdicts)
     args = p.parse_args()
     return args.fn(args)
 

@@ -16,7 +16,7 @@ from embodied.robot_rl.config import config_from_dict
 from embodied.robot_rl.data import dataset_transitions, save_policy
 from embodied.robot_rl.networks import TanhGaussianActor
 from embodied.robot_rl.reward import (RewardError, SuccessClassifier, classifier_for_robot, episode_frames,
-                                      threshold_for_fpr)
+                                      report, threshold_for_fpr)
 from robot_bridge.robot_env import RobotEnvConfig
 
 ROBOT = {"task": "Reach", "privileged_topic": "/privileged", "privileged_dim": 15, "max_episode_steps": 25,
@@ -74,6 +74,9 @@ def test_threshold_meets_the_false_positive_target():
     assert t == 0.8 and not (scores[~labels] > t).any()
     t = threshold_for_fpr(scores, labels, 0.2)  # one negative of five may pass
     assert t == 0.4 and (scores[~labels] > t).sum() == 1
+    rep = report(scores, labels, t)  # 2 of 3 positives and 1 of 5 negatives above 0.4
+    assert (rep["fpr"], rep["precision"], rep["recall"], rep["f1"]) == (0.2, round(2 / 3, 4), round(2 / 3, 4),
+                                                                         round(2 / 3, 4))
 
 
 def test_reward_train_reports_held_out_metrics_and_checks_the_robot(recorded, tmp_path, capsys):
@@ -84,7 +87,7 @@ def test_reward_train_reports_held_out_metrics_and_checks_the_robot(recorded, tm
     assert rep["obs_key"] == "privileged" and rep["shape"] == [15]
     assert sum(rep["episodes"].values()) == 12 and min(rep["episodes"].values()) >= 2
     for part in ("validation", "test"):
-        assert set(rep[part]) >= {"auroc", "fpr", "precision", "recall", "positives", "frames"}
+        assert set(rep[part]) >= {"auroc", "fpr", "precision", "recall", "f1", "positives", "frames"}
     assert rep["validation"]["fpr"] <= 0.05  # the threshold is chosen for the target on validation
     clf = classifier_for_robot(out, RobotEnvConfig(**{**ROBOT, "image_topics": {}}))
     assert isinstance(clf, SuccessClassifier) and clf.threshold == rep["threshold"]

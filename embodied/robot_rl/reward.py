@@ -13,7 +13,7 @@ demonstrations from `embodied collect` end at the success step and hold none.
 
 The threshold is the lowest score whose false-positive rate on the validation frames is at most
 `fpr_target`: a false positive ends an episode wrongly and teaches the policy a lie. The test
-report (AUROC, FPR, precision, recall at that threshold) is what to read before using the
+report (AUROC, FPR, precision, recall, F1 at that threshold) is what to read before using the
 classifier for RL (robot.success: classifier, reward_classifier: PATH in a finetune config).
 """
 
@@ -116,6 +116,7 @@ def report(scores: np.ndarray, labels: np.ndarray, threshold: float) -> dict[str
     return {"auroc": nan(auroc(scores, y)), "fpr": nan(fp / (~y).sum() if (~y).sum() else float("nan")),
             "precision": nan(tp / (tp + fp) if tp + fp else float("nan")),
             "recall": nan(tp / (tp + fn) if tp + fn else float("nan")),
+            "f1": nan(2 * tp / (2 * tp + fp + fn) if tp + fp + fn else float("nan")),
             "positives": int(y.sum()), "frames": int(len(y))}
 
 
