@@ -127,6 +127,9 @@ class TrainConfig:
     backend: Literal["local", "ray"] | None = None
     placement: str | dict[str, Any] | None = None  # a preset name, or {preset, env, rollout, learner, stages, address}
     max_staleness: int = 0  # roles only: k collects up to k batches ahead while the learner updates
+    # roles on Ray only: a learner whose process died is restarted in the run up to this many times, the run
+    # rolled back to its last checkpoint (0: it ends the run; backend local: a learner's error is an exception)
+    learner_restarts: int = 3
 
 
 @dataclass
@@ -181,6 +184,9 @@ def _check_roles(cfg: ExperimentConfig) -> None:
     """train.backend / train.placement: what can be checked without this machine or a cluster
     (preset, fields, counts, stages, staleness); resources and the address are checked when
     training starts (embodied/distributed/trainer.py). One-line ConfigError."""
+    n = cfg.train.learner_restarts
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ConfigError(f"train.learner_restarts: {n!r}; allowed: an integer >= 0 (0: a dead learner ends the run)")
     k = cfg.train.max_staleness
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
         raise ConfigError(f"train.max_staleness: {k!r}; allowed: an integer >= 0 (0: synchronous; k: collect up "

@@ -10,8 +10,9 @@ from tqdm import tqdm
 
 class Logger:
     def __init__(self, log_dir: Path, total_steps: int, start_step: int = 0, progress: bool = True):
-        # purge_step drops events a killed run wrote after its last checkpoint.
-        self.writer = SummaryWriter(str(log_dir), purge_step=start_step if start_step else None)
+        # purge_step drops the events a killed run wrote after its last checkpoint (those at steps >= it;
+        # the checkpoint's own iteration, at start_step, stays)
+        self.writer = SummaryWriter(str(log_dir), purge_step=start_step + 1 if start_step else None)
         self.bar = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True,
                         disable=not progress, smoothing=0.1)
 

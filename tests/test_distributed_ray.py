@@ -1,6 +1,7 @@
 """Roles as Ray actors on a local Ray (2 CPUs, no dashboard, torn down at the end): identical
 weights to backend local (MLP and flow VLA, through train_roles and through `embodied train`),
-and an env worker killed with kill -9 mid-rollout is restarted."""
+an env worker killed with kill -9 mid-rollout is restarted, and so is a learner killed after a
+checkpoint (the run rolls back to it and ends as an uninterrupted one)."""
 
 import os
 import signal
@@ -9,13 +10,15 @@ import time
 import pytest
 import torch
 
+import embodied.train
+from embodied.cli import main
 from embodied.config import load_config
 from embodied.distributed.backend import make_backend
 from embodied.distributed.episodes import GroupedCollector
 from embodied.distributed.loop import build_roles, train_roles
 from embodied.distributed.placement import placement_from_dict, preset
 from test_distributed_train import TINY as TINY_CLI
-from test_distributed_train import final_weights, tiny_flow_vla
+from test_distributed_train import assert_same_weights, final_weights, tiny_flow_vla
 
 pytestmark = pytest.mark.ray
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # before Ray's import: Ray on 127.0.0.1 only
@@ -30,6 +33,24 @@ def local_ray():
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
+
+
+# `embodied train` one version stale, pipelined, a checkpoint every 2 iterations of 64 env steps
+STALE_CLI = ["train", *TINY_CLI, "train.placement=pipelined", "train.save_every=2", "train.max_staleness=1",
+             "ppo.recompute_log_probs=true"]
+
+
+def learner_pids() -> set[int]:
+    """The processes of this machine's Ray learner actors (Ray titles them ray::LearnerWorker...)."""
+    pids = set()
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                if f.read().startswith(b"ray::LearnerWorker"):
+                    pids.add(int(name))
+        except OSError:  # the process ended meanwhile
+            pass
+    return pids
 
 
 def kill_and_wait(pid: int) -> None:
@@ -100,35 +121,59 @@ def test_stale_schedule_on_ray_equals_local():
             assert h[f"{r}_idle_seconds"] >= 0 and 0 <= h[f"{r}_cpu_seconds"] <= h[f"{r}_busy_seconds"] + 0.01, h
 
 
-def test_embodied_train_on_ray_resumes_on_local_exactly(tmp_path, capsys):
+def test_embodied_train_on_ray_resumes_on_local_exactly(tmp_path, capsys, monkeypatch):
     """`embodied train ... train.backend=ray` on this machine's Ray, one version stale
-    (train.max_staleness=1, log-probs recomputed), runs to its end; resumed from its checkpoint
-    with train.backend=local it ends with the weights of a whole local run (the roles'
-    checkpoint does not depend on the backend, and both run the same schedule). A checkpoint
-    every 2 iterations drains the overlap, so batches are 0 and 1 versions stale in turn; each
-    role's busy time, measured inside it, goes to TensorBoard with idle = wall - busy >= 0."""
-    from embodied.cli import main
+    (train.max_staleness=1, log-probs recomputed), its learner actor killed with SIGKILL at the
+    end of iteration 3: the next update finds it dead, the driver rebuilds it, rolls every role
+    back to the checkpoint of iteration 2 and runs 3 and 4 again, so the run ends with the weights
+    of a whole local run and logs one restart. Resumed from that checkpoint with
+    train.backend=local, it ends with them too (the roles' checkpoint does not depend on the
+    backend, and both run the same schedule). A checkpoint every 2 iterations drains the
+    overlap, so batches are 0 and 1 versions stale in turn; each role's busy time, measured
+    inside it, goes to TensorBoard with idle = wall - busy >= 0."""
+    end_iteration, old, killed = embodied.train.end_iteration, learner_pids(), []
 
-    args = ["train", *TINY_CLI, "train.placement=pipelined", "train.save_every=2", "train.max_staleness=1",
-            "ppo.recompute_log_probs=true"]
-    assert main([*args, "train.total_steps=128", "train.backend=ray", f"train.run_dir={tmp_path / 'ray'}"]) == 0
-    assert "backend ray" in capsys.readouterr().out
-    assert (tmp_path / "ray" / "checkpoints" / "latest").read_text().strip() == "iter_000002"
+    def end_and_kill(cfg, it, *args):
+        out = end_iteration(cfg, it, *args)
+        if it == 3 and not killed:
+            killed.extend(learner_pids() - old)
+            assert len(killed) == 1
+            kill_and_wait(killed[0])
+        return out
+
+    monkeypatch.setattr(embodied.train, "end_iteration", end_and_kill)
+    run = tmp_path / "ray"
+    assert main([*STALE_CLI, "train.total_steps=256", "train.backend=ray", f"train.run_dir={run}"]) == 0
+    monkeypatch.undo()
+    out = capsys.readouterr().out
+    assert "backend ray" in out and killed, out
+    assert out.count("learner died at iteration 4") == 1 and "rolled back to iter_000002 (step 128)" in out, out
+    local = tmp_path / "local"
+    assert main([*STALE_CLI, "train.total_steps=256", "train.backend=local", f"train.run_dir={local}"]) == 0
+    whole = final_weights(local)
+    assert_same_weights(whole, final_weights(run))
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    events = EventAccumulator(str(tmp_path / "ray" / "tb"))
+    events = EventAccumulator(str(run / "tb"))
     events.Reload()
     for tag in ("train/approx_kl", "rollout/env_worker_restarts", "time/env_wait_seconds", "eval/success_rate"):
-        assert [e.step for e in events.Scalars(tag)][-1] == 128, tag  # 8 envs x 8 steps x 2 iterations
+        assert [e.step for e in events.Scalars(tag)][-1] == 256, tag  # 8 envs x 8 steps x 4 iterations
     scalars = {tag: [e.value for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
-    assert scalars["time/staleness"] == [0, 1] and scalars["time/weight_version"] == [0, 0]
+    # iterations 3 and 4 as the restarted learner ran them; the first try at 3 was purged
+    assert scalars["rollout/learner_restarts"] == [0, 0, 1, 1]
+    assert scalars["time/staleness"] == [0, 1, 0, 1] and scalars["time/weight_version"] == [0, 0, 2, 2]
     for role in ("env", "rollout", "learner"):
         assert sum(scalars[f"time/{role}_busy_seconds"]) > 0 and min(scalars[f"time/{role}_idle_seconds"]) >= 0
-    assert main(["train", "--resume", str(tmp_path / "ray"), "train.total_steps=256", "train.backend=local"]) == 0
-    assert main([*args, "train.total_steps=256", "train.backend=local", f"train.run_dir={tmp_path / 'local'}"]) == 0
-    resumed, local_w = final_weights(tmp_path / "ray"), final_weights(tmp_path / "local")
-    for k, v in local_w.items():
-        assert torch.equal(v, resumed[k]), k
+    assert main(["train", "--resume", str(run / "checkpoints" / "iter_000002"), "train.backend=local"]) == 0
+    assert_same_weights(whole, final_weights(run))
+
+
+def test_bad_learner_restarts_is_one_line(tmp_path, capsys):
+    assert main(["train", *TINY_CLI, "train.backend=ray", "train.learner_restarts=-1",
+                 f"train.run_dir={tmp_path / 'run'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("embodied train: error: train.learner_restarts: -1; allowed: an integer >= 0 "
+                   "(0: a dead learner ends the run)")
 
 
 def test_flow_vla_on_ray_equals_local(tmp_path):

@@ -33,6 +33,7 @@ class LocalHandle:
 class LocalBackend:
     name = "local"
     dead_errors: tuple[type[BaseException], ...] = ()  # a role cannot die alone in this process
+    role_errors: tuple[type[BaseException], ...] = ()  # a role's exception propagates as itself
 
     def __init__(self, placement: Placement):
         if placement.learner.count > 1:
@@ -62,6 +63,9 @@ class LocalBackend:
     def kill(self, handle: LocalHandle) -> None:
         raise NotImplementedError("backend local: roles share this process; killing one would end the run")
 
+    def dead(self, handles: list[LocalHandle]) -> list[int]:
+        return []  # in this process
+
     def shutdown(self) -> None:
         for h in self.handles:
             if h.pool is not None:
@@ -81,6 +85,8 @@ class RayBackend:
         check_address(placement.address)
         self.ray, self.started = ray, False
         self.dead_errors = (ray.exceptions.RayActorError,)  # the actor's process is gone
+        # what a call can raise when a role died: its own death, or a rank of its process group failing with it
+        self.role_errors = (ray.exceptions.RayActorError, ray.exceptions.RayTaskError)
         if not ray.is_initialized():
             if placement.address is None:  # Ray would start here: the placement must fit this machine
                 check_fits(placement, local_resources())
@@ -113,6 +119,21 @@ class RayBackend:
 
     def kill(self, handle: Any) -> None:
         self.ray.kill(handle, no_restart=True)
+        self.actors = [a for a in self.actors if a is not handle]
+
+    def dead(self, handles: list[Any], wait_s: float = 10.0) -> list[int]:
+        """Indices of the actors whose process is gone: each is asked where it runs; one that
+        does not answer within wait_s is busy (a rank blocked in its process group), not dead."""
+        pings = [h.where.remote() for h in handles]
+        ready, _ = self.ray.wait(pings, num_returns=len(pings), timeout=wait_s)
+        out = []
+        for i, ping in enumerate(pings):
+            if ping in ready:
+                try:
+                    self.ray.get(ping)
+                except self.dead_errors:
+                    out.append(i)
+        return out
 
     def shutdown(self) -> None:
         for actor in self.actors:

@@ -42,6 +42,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def make_learners(cfg: ExperimentConfig, placement: Placement, backend: Any, spec: Any,
+                  learner_thread: bool = False) -> list[Any]:
+    """placement.learner.count LearnerWorkers (ranks of one process group, rendezvous on a fresh
+    port), freshly initialised from cfg.train.seed; also what rebuilds them after a learner died."""
+    world, master = placement.learner.count, f"127.0.0.1:{free_port()}"
+    return [backend.create(LearnerWorker, placement.learner, cfg, spec, cfg.train.seed, 1, rank, world, master,
+                           threaded=learner_thread) for rank in range(world)]
+
+
 def build_roles(cfg: ExperimentConfig, placement: Placement, backend: Any,
                 learner_thread: bool = False) -> tuple[Any, list[Any]]:
     """Env workers, the rollout role and the learner(s) on `backend`; -> (collector, learners):
@@ -58,11 +67,8 @@ def build_roles(cfg: ExperimentConfig, placement: Placement, backend: Any,
     workers = [make_worker(i) for i in range(len(sizes))]
     spec = backend.get(backend.call(workers[0], "spec"))
     spec = dataclasses.replace(spec, num_envs=cfg.env.num_envs)
-    seed = cfg.train.seed
-    rollout = backend.create(RolloutWorker, placement.rollout, cfg, spec, seed)
-    world, master = placement.learner.count, f"127.0.0.1:{free_port()}"
-    learners = [backend.create(LearnerWorker, placement.learner, cfg, spec, seed, 1, rank, world, master,
-                               threaded=learner_thread) for rank in range(world)]
+    rollout = backend.create(RolloutWorker, placement.rollout, cfg, spec, cfg.train.seed)
+    learners = make_learners(cfg, placement, backend, spec, learner_thread)
     if cfg.train.algorithm == "grpo":
         return GroupedCollector(backend, workers, sizes, rollout, cfg.grpo.group_size, make_worker,
                                 placement.stages), learners

@@ -20,6 +20,13 @@ resumed run follows the uninterrupted run's schedule exactly; the batch after a 
 versions stale. Every iteration logs its batch's weight version and staleness. With k >= 1 the
 learner recomputes the old log-probs unless ppo.recompute_log_probs is set false
 (config.with_stale_defaults).
+
+A learner whose process died (backend ray: kill -9, OOM) is restarted inside the run, at most
+train.learner_restarts times: every learner is rebuilt (a data-parallel group re-forms on a
+fresh port), and the whole run rolls back to its last checkpoint in process, as --resume would
+load it (every role's state, the driver's policy and RNG, iteration, env steps, summary); the
+batches collected ahead are dropped, the env workers keep their processes. Without a checkpoint
+or with the budget spent, the run ends with a one-line LearnerLostError.
 """
 
 from __future__ import annotations
@@ -35,11 +42,15 @@ import torch
 from embodied.checkpoint import CheckpointError, load_checkpoint
 from embodied.config import ExperimentConfig, with_stale_defaults
 from embodied.distributed.backend import make_backend
-from embodied.distributed.loop import build_roles, role_times
+from embodied.distributed.loop import build_roles, make_learners, role_times
 from embodied.distributed.placement import Placement, placement_from_dict
 from embodied.distributed.roles import build_role_policy
 from embodied.evaluate import EvalResult, evaluate
 from embodied.logger import Logger
+
+
+class LearnerLostError(CheckpointError):
+    """A learner died and the run cannot go on in process (no checkpoint, or no restarts left)."""
 
 
 def placement_of(cfg: ExperimentConfig) -> Placement:
@@ -75,6 +86,31 @@ def load_roles_state(backend: Any, collector: Any, learners: list[Any], state: d
     collector.load_state_dict(state["collector"])
 
 
+def restore(backend: Any, collector: Any, learners: list[Any], policy: Any,
+            path: str | Path) -> tuple[Path, int, int, dict[str, Any]]:
+    """Load the checkpoint at `path` into the roles, the driver's policy and torch's RNG; ->
+    (its directory, iteration, env steps, summary)."""
+    ckpt, meta, state = load_checkpoint(path)
+    policy.load_saved_weights(ckpt / "policy")
+    load_roles_state(backend, collector, learners, state, policy.state_dict())
+    torch.set_rng_state(state["torch_rng"])
+    return ckpt, meta["iteration"], meta["env_steps"], meta.get("summary", {})
+
+
+def lost_learner(error: BaseException, restarted: int, budget: int, ckpt: Path | None, run_dir: Path) -> None:
+    """Raise LearnerLostError when a dead learner cannot be restarted in process (no checkpoint
+    to roll back to, or train.learner_restarts spent)."""
+    cause = f"a learner died ({type(error).__name__})"
+    if ckpt is None:
+        raise LearnerLostError(f"{cause} before the run's first checkpoint; nothing to resume from: start the run "
+                               f"again (train.save_every sets how often it saves)") from error
+    if restarted >= budget:
+        spent = ("train.learner_restarts is 0" if budget == 0
+                 else f"its {budget} restart(s) (train.learner_restarts) are spent")
+        raise LearnerLostError(f"{cause} and {spent}; resume from the last checkpoint ({ckpt.name}) with: "
+                               f"embodied train --resume {run_dir}") from error
+
+
 def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, Any]:
     """embodied/train.py's train() for a config with train.backend / train.placement set: the
     same summary, checkpoints, TensorBoard sections and evaluation."""
@@ -91,7 +127,8 @@ def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) ->
     backend = make_backend(backend_name, placement)  # resources and the address, before anything starts
     eval_env = None
     try:
-        collector, learners = build_roles(cfg, placement, backend, learner_thread=tc.max_staleness > 0)
+        learner_thread = tc.max_staleness > 0
+        collector, learners = build_roles(cfg, placement, backend, learner_thread=learner_thread)
         b = backend
         spec = b.get(b.call(collector.workers[0], "spec"))
         spec = dataclasses.replace(spec, num_envs=cfg.env.num_envs)
@@ -100,12 +137,9 @@ def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) ->
         seeds = eval_seeds(tc.eval_episodes)
 
         it, env_steps, summary = 0, 0, {}
+        last_ckpt: Path | None = None  # the checkpoint a dead learner rolls the run back to
         if resume is not None:
-            ckpt, meta, state = load_checkpoint(resume)
-            policy.load_saved_weights(ckpt / "policy")
-            load_roles_state(b, collector, learners, state, policy.state_dict())
-            torch.set_rng_state(state["torch_rng"])
-            it, env_steps, summary = meta["iteration"], meta["env_steps"], meta.get("summary", {})
+            last_ckpt, it, env_steps, summary = restore(b, collector, learners, policy, resume)
         else:
             first = collector.reset(seed=tc.seed)
             if first is not None:  # GRPO keeps no observation between iterations (train.py does the same)
@@ -123,7 +157,11 @@ def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) ->
                      f"learner(s), backend {backend_name}; {tc.total_steps} env steps; success before training "
                      f"{summary['success_before']:.2f}")
         def roles() -> dict[str, Any]:
-            return {**roles_state(b, collector, learners), "torch_rng": torch.get_rng_state()}
+            """Every role's state for iteration it's checkpoint (end_iteration names it iter_<it>)."""
+            nonlocal last_ckpt
+            state = {**roles_state(b, collector, learners), "torch_rng": torch.get_rng_state()}
+            last_ckpt = run_dir / "checkpoints" / f"iter_{it:06d}"
+            return state
 
         result: EvalResult | None = None
         t_start = time.time()
@@ -136,46 +174,73 @@ def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) ->
             """Iteration i saves a checkpoint."""
             return bool(tc.save_every) and i % tc.save_every == 0
 
+        # learner restarts: in this process (bounded by train.learner_restarts), and in the run's earlier processes
+        restarted, restarts_before = 0, summary.get("learner_restarts", 0)
         role_times(b, collector, learners, 0.0)  # zero the roles' busy counters
         t_window = time.perf_counter()
         ahead: deque[tuple[Any, dict[str, float]]] = deque()  # batches collected ahead, oldest first
         while env_steps < tc.total_steps:
-            # the first batch, or the first after a drained iteration, is collected on the newest weights
-            batch, episodes = ahead.popleft() if ahead else collect()
-            staleness = version - batch.weight_version
-            futures = [b.call(lrn, "update", batch.traj) for lrn in learners]
-            env_steps, it = env_steps + batch.env_steps, it + 1
-            # max_staleness k: collect ahead on the current weights while the update runs, up to k batches,
-            # each only if the run needs it and no iteration before it saves a checkpoint (that one drains)
-            while (len(ahead) < tc.max_staleness and not saves(it + len(ahead))
-                   and env_steps + sum(x.env_steps for x, _ in ahead) < tc.total_steps):
-                ahead.append(collect())
-            t1 = time.perf_counter()
-            stats = b.get(futures)[0]
-            weights, version = b.get(b.call(learners[0], "weights"))
-            collector.set_weights(weights, version)
-            policy.load_state_dict(weights)
-            t2 = time.perf_counter()
+            try:
+                # the first batch, or the first after a drained iteration, is collected on the newest weights
+                batch, episodes = ahead.popleft() if ahead else collect()
+                staleness = version - batch.weight_version
+                futures = [b.call(lrn, "update", batch.traj) for lrn in learners]
+                env_steps, it = env_steps + batch.env_steps, it + 1
+                # max_staleness k: collect ahead on the current weights while the update runs, up to k batches,
+                # each only if the run needs it and no iteration before it saves a checkpoint (that one drains)
+                while (len(ahead) < tc.max_staleness and not saves(it + len(ahead))
+                       and env_steps + sum(x.env_steps for x, _ in ahead) < tc.total_steps):
+                    ahead.append(collect())
+                t1 = time.perf_counter()
+                stats = b.get(futures)[0]
+                weights, version = b.get(b.call(learners[0], "weights"))
+                collector.set_weights(weights, version)
+                policy.load_state_dict(weights)
+                t2 = time.perf_counter()
 
-            rollout = {**episodes, **collector.fault_stats()}
-            rollout["reward_per_step"] = float(batch.traj.rewards.sum() / max(batch.env_steps, 1))
-            times = {f"{k}_seconds": v for k, v in batch.seconds.items()}
-            times.update(steps_per_second=batch.env_steps / (t2 - t_window), update_seconds=t2 - t1,
-                         wall_seconds=time.time() - t_start, weight_version=float(batch.weight_version),
-                         staleness=float(staleness), **role_times(b, collector, learners, t2 - t_window))
-            logger.log("train", stats, env_steps)
-            logger.log("rollout", rollout, env_steps)
-            logger.log("time", times, env_steps)
-            logger.progress(batch.env_steps, rollout_success=rollout.get("success_rate", float("nan")),
-                            kl=stats.get("approx_kl", 0.0))
+                rollout = {**episodes, **collector.fault_stats(),
+                           "learner_restarts": float(restarts_before + restarted)}
+                rollout["reward_per_step"] = float(batch.traj.rewards.sum() / max(batch.env_steps, 1))
+                times = {f"{k}_seconds": v for k, v in batch.seconds.items()}
+                times.update(steps_per_second=batch.env_steps / (t2 - t_window), update_seconds=t2 - t1,
+                             wall_seconds=time.time() - t_start, weight_version=float(batch.weight_version),
+                             staleness=float(staleness), **role_times(b, collector, learners, t2 - t_window))
+                logger.log("train", stats, env_steps)
+                logger.log("rollout", rollout, env_steps)
+                logger.log("time", times, env_steps)
+                logger.progress(batch.env_steps, rollout_success=rollout.get("success_rate", float("nan")),
+                                kl=stats.get("approx_kl", 0.0))
 
-            result = end_iteration(cfg, it, env_steps, policy, eval_env, seeds, logger, summary, roles, result)
-            t_window = time.perf_counter()  # evaluation and checkpoints are no role's time
+                result = end_iteration(cfg, it, env_steps, policy, eval_env, seeds, logger, summary, roles, result)
+                t_window = time.perf_counter()  # evaluation and checkpoints are no role's time
+            except b.role_errors as e:  # backend ray: a learner's process may be gone
+                if not b.dead(learners):
+                    raise
+                lost_learner(e, restarted, tc.learner_restarts, last_ckpt, run_dir)
+                restarted, died_at = restarted + 1, it
+                for lrn in learners:  # a data-parallel group re-forms whole
+                    b.kill(lrn)
+                learners = make_learners(cfg, placement, b, spec, learner_thread)
+                ahead.clear()  # collected ahead on weights the rollback discards
+                last_ckpt, it, env_steps, summary = restore(b, collector, learners, policy, last_ckpt)
+                collector.pop_episode_stats()  # episodes of the discarded iterations
+                summary["learner_restarts"] = restarts_before + restarted
+                weights, version = b.get(b.call(learners[0], "weights"))
+                collector.set_weights(weights, version)
+                policy.load_state_dict(weights)
+                result = None
+                logger.close()  # reopened at the checkpoint's step: TensorBoard drops the later events
+                logger = Logger(run_dir / "tb", tc.total_steps, env_steps, tc.progress)
+                logger.print(f"learner died at iteration {died_at} ({type(e).__name__}); restart {restarted} of "
+                             f"{tc.learner_restarts}: rolled back to {last_ckpt.name} (step {env_steps})")
+                role_times(b, collector, learners, 0.0)
+                t_window = time.perf_counter()
         logger.close()
     finally:
         if eval_env is not None:
             eval_env.close()
         backend.shutdown()
     summary.update(run_dir=str(run_dir), tensorboard=str(run_dir / "tb"), wall_seconds=time.time() - t_start,
-                   env_steps=env_steps, iterations=it, backend=backend_name)
+                   env_steps=env_steps, iterations=it, backend=backend_name,
+                   learner_restarts=restarts_before + restarted)
     return summary
