@@ -131,6 +131,7 @@ def cmd_sim2real(args: argparse.Namespace) -> int:
 def cmd_finetune_robot(args: argparse.Namespace) -> int:
     from embodied.robot_rl.run import cmd_finetune_robot as run
 
+    args.config = str(_find_config(args.config))
     return run(args)
 
 

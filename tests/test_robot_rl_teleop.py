@@ -94,3 +94,14 @@ def test_finetune_config_errors_are_one_line(data, match):
     with pytest.raises((FinetuneConfigError, EnvError), match=match) as e:
         config_from_dict(data)
     assert "\n" not in str(e.value)
+
+
+def test_finetune_robot_finds_a_config_by_its_name_in_configs(capsys):
+    """`embodied finetune-robot finetune_reach_sim`, as the docs write it: the file in configs/ is
+    read (here an unknown override is refused after reading it, before anything runs)."""
+    from embodied.cli import main
+
+    assert main(["finetune-robot", "finetune_reach_sim", "nope=1", "--role", "init"]) == 2
+    assert capsys.readouterr().err.strip() == "error: nope: unknown key; allowed: " + ", ".join(sorted(
+        ["actor", "demos", "init", "labels", "learner", "obs_key", "residual", "reward_classifier", "robot",
+         "run_dir", "sac", "sim", "teleop"]))

@@ -90,6 +90,6 @@ def _run_learner(cfg) -> str:
 
 
 def finetune_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", help="a finetune config (configs/finetune_*.yaml)")
+    p.add_argument("config", help="a finetune config: a path, or a name in configs/ (finetune_reach_sim)")
     p.add_argument("overrides", nargs="*", help="key=value overrides (actor.episodes=50)")
     p.add_argument("--role", default="all", choices=ROLES, help="which process to run (default: all)")
