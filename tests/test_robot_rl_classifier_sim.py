@@ -80,3 +80,23 @@ def test_config_takes_a_classifier_with_the_in_process_twin(tmp_path):
                           "reward_classifier": "clf.safetensors"})
     with pytest.raises(FinetuneConfigError, match=r"^robot.success: 'operator' with the in-process twin"):
         config_from_dict({"robot": {**ROBOT, "success": "operator"}, "sim": {}})
+
+
+def test_frames_past_a_false_success_follow_the_twin_and_a_reset_starts_anew():
+    """autoreset False (actor.frames_after_success): after a success the twin had not reached, the
+    twin moves on with the commands past it (it has not finished); reset() then begins an episode."""
+    env = _twin(lambda obs: True)
+    env.autoreset = False
+    try:
+        obs, _ = env.reset()
+        res = env.step(torch.zeros(1, 4))
+        assert bool(res.terminated[0]) and not bool(res.info["twin_success"][0])
+        assert torch.equal(res.obs["privileged"], res.final_obs["privileged"])  # the frame stays the newest
+        push = torch.tensor([[1.0, 0.0, 0.0, 0.0]])
+        past = [env.step_past_end(push)["privileged"].clone() for _ in range(2)]
+        assert not torch.equal(past[0], res.final_obs["privileged"]) and not torch.equal(past[0], past[1])
+        fresh, _ = env.reset()
+        assert env.step(torch.zeros(1, 4)).info["twin_success"].tolist() == [False]  # a new episode, judged
+        assert not torch.equal(fresh["privileged"], past[1])
+    finally:
+        env.close()
