@@ -77,18 +77,23 @@ def build_roles(cfg: ExperimentConfig, placement: Placement, backend: Any,
     return collector, learners
 
 
-def role_times(backend: Any, collector: Any, learners: list[Any], wall: float) -> dict[str, float]:
+def role_times(backend: Any, collector: Any, learners: list[Any], wall: float,
+               since: float | None = None) -> dict[str, float]:
     """`<role>_busy_seconds`, measured inside each role since the last call (the mean over a
     role's instances: env workers, learners), `<role>_idle_seconds` = wall - busy, where `wall`
     is the driver's seconds since the last call, and `<role>_cpu_seconds`, the CPU time of its
     busy calls (below busy when the role waited for a core). Call it when no role call is in
-    flight."""
+    flight, or give `since` (the perf_counter of the window's start): a role answers after the
+    call it is running, whose time it then counts, so the window's wall is taken once every
+    role has answered (max_staleness >= 2 leaves an update in flight here)."""
     b = backend
     asked = {"env": collector.workers, "rollout": [collector.rollout], "learner": learners}
     futures = {name: [b.call(h, "pop_busy_seconds") for h in hs] for name, hs in asked.items()}
+    answers = {name: b.get(fs) for name, fs in futures.items()}  # (wall, cpu) per instance
+    if since is not None:
+        wall = time.perf_counter() - since
     out: dict[str, float] = {}
-    for name, fs in futures.items():
-        seconds = b.get(fs)  # (wall, cpu) per instance
+    for name, seconds in answers.items():
         busy_s, cpu_s = (sum(x[i] for x in seconds) / len(seconds) for i in (0, 1))
         out[f"{name}_busy_seconds"], out[f"{name}_idle_seconds"] = busy_s, wall - busy_s
         out[f"{name}_cpu_seconds"] = cpu_s
@@ -147,10 +152,9 @@ def train_roles(cfg: ExperimentConfig, placement: Placement, backend_name: str =
             state, version = backend.get(weights)
             collector.set_weights(state, version)
             times = {f"{k}_seconds": v for k, v in batch.seconds.items()}
-            now = time.perf_counter()
-            times.update(update_seconds=now - t0, weight_version=float(batch.weight_version),
+            times.update(update_seconds=time.perf_counter() - t0, weight_version=float(batch.weight_version),
                          staleness=float(learner_version - batch.weight_version),
-                         **role_times(backend, collector, learners, now - t_window))
+                         **role_times(backend, collector, learners, 0.0, since=t_window))
             t_window = time.perf_counter()
             rollout = {**episodes, **collector.fault_stats()}
             steps += batch.env_steps
