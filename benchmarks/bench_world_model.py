@@ -11,6 +11,9 @@ resample for every checkpoint, in both environments).
       --checkpoints runs/ppo_a runs/ppo_b --every 2 --out rank.json
   python benchmarks/bench_world_model.py by-run rank.json   # per run, intervals over checkpoints
 
+rank --rollout members (and transfer --rollout members) steps the model with every member on
+its own latent, each start served by one member (sims/world_model/rollout.py).
+
 rank --success-aggregate min scores a model with member heads (member_heads: true) by the
 minimum of their success probabilities instead of the mean.
 
@@ -231,7 +234,7 @@ def cmd_rank(args: argparse.Namespace) -> dict:
         t1 = time.time()
         w, u = success_in_wm(policy, args.wm, starts, instr, reward_mode=args.reward_mode,
                              deterministic=not args.sample,
-                             obs_kw={"success_aggregate": args.success_aggregate})
+                             obs_kw={"success_aggregate": args.success_aggregate, "rollout": args.rollout})
         t2 = time.time()
         sim.append(s)
         wm.append(w)
@@ -245,7 +248,7 @@ def cmd_rank(args: argparse.Namespace) -> dict:
                             probe_matches=bool(((ph > 0.5) == w).all()))
         print(json.dumps(rows[-1]), flush=True)
     return {"task": args.task, "seeds": args.seeds, "reward_mode": args.reward_mode, "sample": args.sample,
-            "success_aggregate": args.success_aggregate, "probe": args.probe,
+            "success_aggregate": args.success_aggregate, "rollout": args.rollout, "probe": args.probe,
             "probe_horizon": args.probe_horizon, "rows": rows,
             "agreement": agreement(np.stack(sim), np.stack(wm)), "by_run": by_run(rows)}
 
@@ -280,7 +283,8 @@ def cmd_transfer(args: argparse.Namespace) -> dict:
                                         f"train.seed={args.seed}"])
     policy = load_policy(ckpt)
     policy.train()
-    env = WorldModelVecEnv(args.wm, args.num_envs, seed=args.seed, reward_mode=args.reward_mode)
+    env = WorldModelVecEnv(args.wm, args.num_envs, seed=args.seed, reward_mode=args.reward_mode,
+                           rollout=args.rollout)
     collector, learner = build_algorithm(cfg, env, policy)
     collector.reset(seed=args.seed)
     seeds = eval_seeds(args.seeds)
@@ -290,7 +294,8 @@ def cmd_transfer(args: argparse.Namespace) -> dict:
     def score():
         policy.eval()
         s = success_in_sim(policy, task, seeds)
-        w, u = success_in_wm(policy, args.wm, starts, instr, reward_mode=args.reward_mode)
+        w, u = success_in_wm(policy, args.wm, starts, instr, reward_mode=args.reward_mode,
+                             obs_kw={"rollout": args.rollout})
         policy.train()
         curve.append({"env_steps": steps, "sim": float(s.mean()), "wm": float(w.mean()),
                       "wm_uncertain": float(u.mean()), "wall_seconds": round(time.time() - t_start, 1)})
@@ -310,6 +315,7 @@ def cmd_transfer(args: argparse.Namespace) -> dict:
     if args.save:
         policy.save_pretrained(args.save)
     return {"start": f"{ckpt.parent.parent.name}/{ckpt.name}", "reward_mode": args.reward_mode,
+            "rollout": args.rollout,
             "wm_steps": steps, "seeds": args.seeds,
             "curve": curve, "lift_sim": curve[-1]["sim"] - curve[0]["sim"],
             "best_sim": max(c["sim"] for c in curve)}
@@ -352,6 +358,8 @@ def main() -> None:
     r.add_argument("--reward-mode", default="dense", choices=["dense", "sparse", "task"],
                    help="task: success is the task's check on the decoded state, not the success head")
     r.add_argument("--sample", action="store_true", help="the policies sample their actions in both environments")
+    r.add_argument("--rollout", default="mean", choices=["mean", "members"],
+                   help="the model env's rollout (sims/world_model/rollout.py)")
     r.add_argument("--success-aggregate", default="mean", choices=["mean", "min"],
                    help="a model with member heads: the mean or the minimum of their success probabilities")
     r.add_argument("--probe", type=float, default=None,
@@ -373,6 +381,8 @@ def main() -> None:
     t.add_argument("--reward-mode", default="dense", choices=["dense", "sparse", "task"],
                    help="the model's reward head, 1 when its success head fires, or the task's own "
                         "progress and success on the decoded state")
+    t.add_argument("--rollout", default="mean", choices=["mean", "members"],
+                   help="the model env's rollout (sims/world_model/rollout.py)")
     t.add_argument("--save", default=None, help="save the final policy here (save_pretrained)")
     h = sub.add_parser("throughput")
     h.add_argument("--wm", required=True)

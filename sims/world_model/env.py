@@ -7,9 +7,12 @@ dataset's frame size: the real frame after a reset, then the frames decoded from
 composited over that reset frame (sims/world_model/vision.py).
 A reset draws a real frame of the training data: an episode's first frame, or with
 keyframe_every > 0 also a mid-trajectory keyframe (the episode clock then starts at that
-frame's index). Equal seeds give equal reset frames. A step advances every member of the
-ensemble from the env's latent; the next latent is their mean. A seeded reset also reseeds the
-stream that later auto-resets draw from.
+frame's index). Equal seeds give equal reset frames. A seeded reset also reseeds the stream
+that later auto-resets draw from. rollout (sims/world_model/rollout.py) says how the ensemble
+steps: "mean" (default) advances every member from the env's latent and serves their mean;
+"members" lets every member keep its own latent and row i serve member i mod M, with the
+disagreement the spread of the members' own latents (the checkpoint's
+member_disagreement_threshold then truncates).
 - terminated: the success head's probability > success_threshold (default 0.5;
   info["success_p"] holds the probability), or the done head's > 0.5;
 - truncated: the task's horizon, or the ensemble disagreement above the checkpoint's
@@ -36,7 +39,7 @@ import torch
 
 from sims.vecenv import ChunkStepResult, EnvError, EnvSpec, Obs, Seed, StepResult, VecEnv, check_action
 from sims.world_model.checkpoint import load_world_model
-from sims.world_model.rollout import AGGREGATES, decode_frames, encode_raw, mean_step
+from sims.world_model.rollout import AGGREGATES, ROLLOUTS, decode_frames, encode_raw, mean_step, member_step
 from sims.world_model.vision import split_cameras, stack_cameras
 
 
@@ -47,13 +50,14 @@ class WorldModelVecEnv(VecEnv):
     model's; each must be one of them) at the model's image_size (a given one must match).
     success_threshold: the success head's probability above which a step is a success.
     uncertainty_scale: multiplies the checkpoint's disagreement threshold (< 1: truncate sooner).
-    success_aggregate: with member heads, "mean" or "min" of their success probabilities."""
+    success_aggregate: with member heads, "mean" or "min" of their success probabilities.
+    rollout: "mean" or "members" (the module's docstring)."""
 
     def __init__(self, path: str, num_envs: int, *, obs_mode: str = "state", expected_task: str | None = None,
                  max_episode_steps: int | None = None, seed: int | None = None, keyframes: bool = True,
                  reward_mode: str = "dense", cameras: Sequence[str] | None = None,
                  image_size: int | Sequence[int] | None = None, success_threshold: float = 0.5,
-                 uncertainty_scale: float = 1.0, success_aggregate: str = "mean"):
+                 uncertainty_scale: float = 1.0, success_aggregate: str = "mean", rollout: str = "mean"):
         if reward_mode not in ("dense", "sparse", "task"):
             raise EnvError(f"reward_mode: {reward_mode!r} is not built for world models; allowed: dense "
                            "(the reward head), sparse (the success head), task (the task's terms on the "
@@ -74,8 +78,18 @@ class WorldModelVecEnv(VecEnv):
             raise EnvError(f"success_aggregate: {success_aggregate!r} is not built for {path}; allowed: "
                            f"{', '.join(AGGREGATES) if cfg.member_heads else 'mean (one set of heads)'}")
         self.success_aggregate = success_aggregate
+        if rollout not in ROLLOUTS:
+            raise EnvError(f"rollout: {rollout!r} is not built; allowed: {', '.join(ROLLOUTS)}")
+        if rollout == "members" and not cfg.member_disagreement_threshold > 0:
+            raise EnvError(f"rollout: 'members' needs a checkpoint with member_disagreement_threshold; {path} "
+                           "was trained before it existed (train it again); allowed here: mean")
+        if rollout == "members" and success_aggregate != "mean":
+            raise EnvError("success_aggregate: with rollout 'members' a row's own member's heads score it; "
+                           "allowed: mean")
+        self.rollout = rollout
         self.cfg = cfg
-        self.uncertainty_threshold = cfg.disagreement_threshold * float(uncertainty_scale)
+        base = cfg.member_disagreement_threshold if rollout == "members" else cfg.disagreement_threshold
+        self.uncertainty_threshold = base * float(uncertainty_scale)
         self.obs_mode = obs_mode
         self.cameras = self._served_cameras(path, cameras, image_size) if obs_mode == "rgb" else ()
         if reward_mode == "task":
@@ -97,6 +111,8 @@ class WorldModelVecEnv(VecEnv):
         B = num_envs
         self._rng = np.random.default_rng(seed)
         self._z = torch.zeros(B, cfg.latent)
+        self._zm = torch.zeros(cfg.members, B, cfg.latent)  # rollout "members": every member's own latent
+        self._follow = torch.arange(B) % cfg.members  # rollout "members": the member row i serves
         self._x = torch.zeros(B, cfg.privileged_dim)
         self._elapsed = np.zeros(B, dtype=np.int64)
         self._instr = [""] * B
@@ -139,10 +155,14 @@ class WorldModelVecEnv(VecEnv):
         self._x[ids] = x
         if img is not None:
             self._img[ids], self._ctx[ids] = img, img
-        self._z[ids] = encode_raw(self.model, x, img)
+        self._set_latent(ids, encode_raw(self.model, x, img))
         self._elapsed[ids] = self.resets["t"][torch.from_numpy(picks)].numpy()
         for i, p in zip(ids.tolist(), picks.tolist()):
             self._instr[i] = self.resets["instruction"][p]
+
+    def _set_latent(self, ids: np.ndarray, z: torch.Tensor) -> None:
+        self._z[ids] = z
+        self._zm[:, ids] = z  # every member starts from the encoded frame
 
     def _pick(self, n: int, seed: Seed) -> np.ndarray:
         N = len(self.resets["x"])
@@ -190,7 +210,7 @@ class WorldModelVecEnv(VecEnv):
                                f"{self.spec.image_size[1]} per camera, got {list(images[keys[0]].shape)}")
             self._img[ids], self._ctx[ids] = img, img
         self._x[ids] = x
-        self._z[ids] = encode_raw(self.model, x, img)
+        self._set_latent(ids, encode_raw(self.model, x, img))
         self._elapsed[ids] = 0
         for k, i in enumerate(ids.tolist()):
             self._instr[i] = instructions[k] if instructions is not None else self.resets["instruction"][0]
@@ -198,7 +218,11 @@ class WorldModelVecEnv(VecEnv):
 
     # -- stepping ------------------------------------------------------------------------------
     def _advance(self, a: torch.Tensor, rows: np.ndarray) -> dict[str, torch.Tensor]:
-        out = mean_step(self.model, self._z[rows], a, self.success_aggregate)
+        if self.rollout == "members":
+            out = member_step(self.model, self._zm[:, rows], a, self._follow[rows])
+            self._zm[:, rows] = out["zm"]
+        else:
+            out = mean_step(self.model, self._z[rows], a, self.success_aggregate)
         x_prev = self._x[rows].clone()
         self._z[rows], self._x[rows] = out["z"], out["x"]
         if self.cameras:
@@ -268,7 +292,8 @@ class WorldModelVecEnv(VecEnv):
 
     # -- checkpointing -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        state = {"latent": self._z.numpy().copy(), "privileged": self._x.numpy().copy(),
+        state = {"latent": self._z.numpy().copy(), "member_latents": self._zm.numpy().copy(),
+                 "privileged": self._x.numpy().copy(),
                  "elapsed": self._elapsed.copy(), "instructions": list(self._instr),
                  "rng": json.dumps(self._rng.bit_generator.state)}
         if self._img is not None:
@@ -277,6 +302,8 @@ class WorldModelVecEnv(VecEnv):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._z = torch.as_tensor(np.asarray(state["latent"])).float().clone()
+        zm = state.get("member_latents")  # absent in a state written before the "members" rollout
+        self._zm = (self._z.expand(self.cfg.members, -1, -1) if zm is None else torch.as_tensor(np.asarray(zm))).float().clone()
         self._x = torch.as_tensor(np.asarray(state["privileged"])).float().clone()
         self._elapsed = np.asarray(state["elapsed"], dtype=np.int64).copy()
         self._instr = [str(s) for s in state["instructions"]]

@@ -63,6 +63,9 @@ class WorldModelConfig:
     max_episode_steps: int = 0
     control_hz: float = 20.0
     disagreement_threshold: float = float("inf")
+    # the same for the env's "members" rollout (its spread accumulates): margin x the held-out
+    # episodes' 99th percentile; 0 = not calibrated (a checkpoint written before it existed)
+    member_disagreement_threshold: float = 0.0
     image_size: list[int] = field(default_factory=list)  # [H, W] of the dataset's frames (with cameras)
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,5 +1,13 @@
-"""The ensemble-mean rollout the env steps with (and the eval scores): one latent per env,
-advanced by every member; the next latent is the members' mean, their spread the disagreement.
+"""The two rollouts the env can step with.
+
+"mean" (mean_step; the eval scores it): one latent per env, advanced by every member; the next
+latent is the members' mean, and the disagreement is the spread of one step taken from that
+shared latent.
+
+"members" (member_step): every member keeps its own latent, as in training, where each
+member rolls its own latent through the k-step window. An env row serves one member's latent
+for its whole episode (PETS's TS-infinity), and the disagreement is the spread of the members'
+own latents, which grows with the steps where their dynamics part (FOWM / MOPO's uncertainty).
 
 With member heads (WorldModelConfig.member_heads), every member's heads score its own next
 latent. The reward and the done probability are the members' means. The success probability
@@ -55,3 +63,27 @@ def mean_step(model: WorldModel, z: torch.Tensor, a: torch.Tensor,
     return {"z": z_next, "x": model.denormalize(model.decode(z_next)), "reward": reward,
             "success_p": success_p, "done_p": done_p, "disagreement": model.disagreement(zm),
             "head_disagreement": head_dis}
+
+
+ROLLOUTS = ("mean", "members")
+
+
+@torch.no_grad()
+def member_step(model: WorldModel, zm: torch.Tensor, a: torch.Tensor, follow: torch.Tensor
+                ) -> dict[str, torch.Tensor]:
+    """One step of per-member latents zm [M, N, Z] under actions a [N, A]; row n serves member
+    follow[n] (long [N]). Returns mean_step's keys for the served latent, plus "zm" [M, N, Z].
+    With member heads the served member's own heads score its latent."""
+    zm = model.step_members(zm, a)
+    rows = torch.arange(zm.shape[1])
+    z = zm[follow, rows]
+    if model.cfg.member_heads:
+        heads = model.head(zm, a)  # [M, N] each
+        r, s, d = (v[follow, rows] for v in heads)
+        head_dis = torch.sigmoid(heads[1]).std(dim=0)
+    else:
+        r, s, d = model.head(z, a)
+        head_dis = torch.zeros_like(r)
+    return {"z": z, "zm": zm, "x": model.denormalize(model.decode(z)), "reward": r,
+            "success_p": torch.sigmoid(s), "done_p": torch.sigmoid(d),
+            "disagreement": model.disagreement(zm), "head_disagreement": head_dis}

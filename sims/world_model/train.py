@@ -155,6 +155,22 @@ def disagreement_threshold(model: WorldModel, w: dict[str, torch.Tensor], margin
     return float(margin * torch.quantile(torch.cat(dis), 0.99))
 
 
+@torch.no_grad()
+def member_disagreement_threshold(model: WorldModel, episodes: list[Episode], margin: float,
+                                  horizon: int) -> float:
+    """margin x the 99th percentile of the members' spread (WorldModel.disagreement) when every
+    member rolls its own latent from each held-out episode's first frame under the recorded
+    actions, for up to `horizon` steps: the env's "members" rollout on data it should trust."""
+    dis = []
+    for ep in episodes:
+        img = None if ep.img is None else ep.img[:1]
+        zm = model.encode(model.normalize(ep.x[:1]), img).expand(len(model.members), -1, -1)
+        for j in range(min(len(ep.a), horizon)):
+            zm = model.step_members(zm, ep.a[j:j + 1])
+            dis.append(model.disagreement(zm))
+    return float(margin * torch.quantile(torch.cat(dis), 0.99))
+
+
 def resets_of(episodes: list[Episode], keyframe_every: int) -> dict[str, Any]:
     """Reset states: every episode's first frame, plus every keyframe_every-th frame if > 0
     (with cameras, their frames too: "img" uint8 [N, 3C, H, W])."""
@@ -232,11 +248,15 @@ def train_world_model(cfg: WorldModelConfig, log=print) -> tuple[WorldModel, dic
             break
     model.load_state_dict(best_state)
     model.eval()
-    model.cfg = cfg = replace(cfg, disagreement_threshold=disagreement_threshold(model, wh, cfg.uncertainty_margin, fh))
+    model.cfg = cfg = replace(
+        cfg, disagreement_threshold=disagreement_threshold(model, wh, cfg.uncertainty_margin, fh),
+        member_disagreement_threshold=member_disagreement_threshold(model, held, cfg.uncertainty_margin,
+                                                                    cfg.max_episode_steps))
     summary = {"epochs": len(history), "best_heldout_error": best, "history": history,
                "heldout_metric": "heads_loss" if cfg.heads_only else f"{cfg.horizon_k}_step_error",
                "train_episodes": len(train), "heldout_episodes": len(held),
                "seconds": time.monotonic() - start, "disagreement_threshold": cfg.disagreement_threshold,
+               "member_disagreement_threshold": cfg.member_disagreement_threshold,
                "stopped_early": len(history) < cfg.epochs}
     return model, resets_of(train, cfg.keyframe_every), summary
 
