@@ -351,3 +351,25 @@ def test_member_heads_on_fixed_dynamics(trained, tmp_path):
     bad = dict(task="PushCube", dataset=str(trained[2]), **SMALL)
     _one_line(lambda: train_world_model(WorldModelConfig(head_input="pixels", **bad)), "head_input", "latent")
     _one_line(lambda: train_world_model(WorldModelConfig(heads_only=True, **bad)), "heads_only", "init_from")
+
+
+def test_delta_state_loss(trained, tmp_path):
+    """state_loss "delta" weighs each dimension's error by (state std / one-step change std)^2,
+    capped and with mean 1: the cube's position, which moves a few mm a step, outweighs its
+    velocity; the weights survive save/load, and continuing it as a "state" model is refused."""
+    from sims.mujoco.tasks.base import CUBE_LAYOUT as L
+    from sims.world_model.model import DELTA_WEIGHT_CAP
+
+    data = trained[2]
+    cfg = WorldModelConfig(task="PushCube", dataset=str(data), state_loss="delta", **{**SMALL, "epochs": 2})
+    model, resets, _ = train_world_model(cfg, log=lambda *a: None)
+    w = model.loss_weight
+    assert abs(float(w.mean()) - 1.0) < 1e-5 and float(w.max() / w.min()) <= DELTA_WEIGHT_CAP**2 + 1e-3
+    assert float(w[L["cube"]][:2].min()) > float(w[L["cube_vel"]].max())
+    save_world_model(tmp_path / "delta", model, resets)
+    again, _ = load_world_model(tmp_path / "delta")
+    assert torch.equal(again.loss_weight, w)
+    _one_line(lambda: train_world_model(WorldModelConfig(task="PushCube", dataset=str(data), init_from=str(tmp_path / "delta"),
+                                                         **SMALL)), "state_loss", "delta")
+    _one_line(lambda: train_world_model(WorldModelConfig(task="PushCube", dataset=str(data), state_loss="pixels",
+                                                         **SMALL)), "state_loss", "delta")

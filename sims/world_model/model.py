@@ -26,6 +26,8 @@ from torch import nn
 
 
 HEAD_INPUTS = ("latent_action", "latent", "state")  # what the heads score: (z', a), z', decoded z'
+STATE_LOSSES = ("state", "delta")  # the unit of the state error: the state's std, or a step's change
+DELTA_WEIGHT_CAP = 10.0  # state_loss "delta": a dimension's error counts at most 10x its state-unit error
 
 
 @dataclass
@@ -55,6 +57,10 @@ class WorldModelConfig:
     head_input: str = "latent_action"  # what the heads score: latent_action (z', a), latent (z'), state (decoded z')
     member_heads: bool = False  # one set of heads per ensemble member, on that member's own next latent
     heads_only: bool = False  # with init_from: keep its encoder, members and decoder fixed, train new heads only
+    # the unit of the state error in the loss: "state" (each dimension's std), or "delta" (its
+    # one-step change's std, at most DELTA_WEIGHT_CAP times finer), so that errors of a few mm
+    # in positions that move a few mm a step count (MBPO / PETS normalise the predicted deltas)
+    state_loss: str = "state"
     # filled by training (and stored in the checkpoint)
     obs_keys: list[str] = field(default_factory=lambda: ["state", "privileged", "instruction"])
     state_dim: int = 0
@@ -101,6 +107,8 @@ class WorldModel(nn.Module):
                       else _mlp(width, H, 3))
         self.register_buffer("mean", torch.zeros(P))
         self.register_buffer("std", torch.ones(P))
+        if cfg.state_loss == "delta":  # per-dimension weights of the squared normalised error, mean 1
+            self.register_buffer("loss_weight", torch.ones(P))
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         return (x - self.mean) / self.std
@@ -118,6 +126,12 @@ class WorldModel(nn.Module):
 
     def decode(self, z: torch.Tensor) -> torch.Tensor:
         return self.decoder(z)
+
+    def state_error(self, pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Normalised vectors [..., P] -> [...]: the mean squared error over dimensions, each
+        weighted by loss_weight with state_loss "delta"."""
+        se = (pred - target) ** 2
+        return (se * self.loss_weight).mean(dim=-1) if self.cfg.state_loss == "delta" else se.mean(dim=-1)
 
     def decode_images(self, z: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
         """latents [N, Z] and the last real frames uint8 [N, 3C, H, W] -> pixels float32

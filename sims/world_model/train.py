@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from sims.vecenv import EnvError
 from sims.world_model.data import Episode, frames, load_episodes, split, windows
-from sims.world_model.model import HEAD_INPUTS, WorldModel, WorldModelConfig
+from sims.world_model.model import DELTA_WEIGHT_CAP, HEAD_INPUTS, STATE_LOSSES, WorldModel, WorldModelConfig
 from sims.world_model.rollout import mean_step
 from sims.world_model.vision import to_unit
 
@@ -50,6 +50,8 @@ def _check(cfg: WorldModelConfig) -> None:
         raise EnvError(f"world_model.holdout: expected a fraction in (0, 1), got {cfg.holdout!r}")
     if not cfg.dataset:
         raise EnvError("world_model.dataset: no dataset given; pass dataset=PATH (a LeRobot v3 dataset)")
+    if cfg.state_loss not in STATE_LOSSES:
+        raise EnvError(f"world_model.state_loss: {cfg.state_loss!r} is not built; allowed: {', '.join(STATE_LOSSES)}")
     if cfg.head_input not in HEAD_INPUTS:
         raise EnvError(f"world_model.head_input: {cfg.head_input!r} is not built; allowed: {', '.join(HEAD_INPUTS)}")
     for name in ("member_heads", "heads_only"):
@@ -68,14 +70,14 @@ def window_loss(model: WorldModel, w: dict[str, torch.Tensor],
     x = model.normalize(w["x"])  # [N, k+1, P]
     img = w.get("img")
     z0 = model.encode(x[:, 0], None if img is None else img[:, 0])
-    loss = F.mse_loss(model.decode(z0), x[:, 0])
+    loss = model.state_error(model.decode(z0), x[:, 0]).mean()
     z, k = z0, w["a"].shape[1]
     err, head_err = torch.zeros(len(x)), torch.zeros(len(x))
     wm = torch.ones(len(model.members), len(x)) if weights is None else weights
     for j in range(k):
         a = w["a"][:, j]
         z = model.step_members(z, a)  # [M, N, Z]
-        se = ((model.decode(z) - x[None, :, j + 1]) ** 2).mean(dim=-1)  # [M, N]
+        se = model.state_error(model.decode(z), x[None, :, j + 1])  # [M, N]
         om, sm = w["obs_mask"][:, j] * wm, w["step_mask"][:, j] * wm
         r, s, d = model.head(z, a.expand(len(z), -1, -1))
         hl = (r - w["r"][:, j]) ** 2
@@ -111,6 +113,10 @@ def _fit_normalizer(model: WorldModel, train: list[Episode]) -> None:
     x = torch.cat([ep.x for ep in train])
     model.mean.copy_(x.mean(dim=0))
     model.std.copy_(x.std(dim=0).clamp(min=1e-3))
+    if model.cfg.state_loss == "delta":  # (state std / one-step change std)^2, in [1, cap^2], mean 1
+        dx = torch.cat([ep.x[1:] - ep.x[:-1] for ep in train])
+        ratio = (model.std / dx.std(dim=0).clamp(min=1e-9)).clamp(1.0, DELTA_WEIGHT_CAP)
+        model.loss_weight.copy_(ratio**2 / (ratio**2).mean())
     if model.cfg.cameras:
         img = to_unit(torch.cat([ep.img for ep in train]))
         model.pixel_var.copy_(img.var().clamp(min=1e-6))
@@ -122,7 +128,8 @@ def _continue_from(model: WorldModel, cfg: WorldModelConfig) -> None:
     from sims.world_model.checkpoint import load_world_model
 
     prev, _ = load_world_model(cfg.init_from, cfg.task)
-    sizes = ("privileged_dim", "action_dim", "latent", "hidden", "members", "cameras", "channels", "image_size")
+    sizes = ("privileged_dim", "action_dim", "latent", "hidden", "members", "cameras", "channels", "image_size",
+             "state_loss")
     sizes += () if cfg.heads_only else ("head_input", "member_heads")
     bad = [n for n in sizes if getattr(prev.cfg, n) != getattr(cfg, n)]
     if bad:
