@@ -56,6 +56,8 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=128)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--reward-mode", default="task", choices=["dense", "sparse", "task"])
+    p.add_argument("--rollout", default="mean", choices=["mean", "members"],
+                   help="the model env's rollout (sims/world_model/rollout.py)")
     p.add_argument("--set", nargs="*", default=[], help="more key=value overrides of the recipe")
     p.add_argument("--work", required=True, help="folder for each round's policy, rollouts and model")
     p.add_argument("--out", required=True)
@@ -78,7 +80,8 @@ def main() -> None:
     seeds = eval_seeds(args.seeds)
     starts, instr, images = sim_starts_rgb(task, seeds, obs_kw)
     wm, data = args.wm, load_world_model(args.wm)[0].cfg.dataset.split(",")
-    env = WorldModelVecEnv(wm, cfg.env.num_envs, seed=args.seed, reward_mode=args.reward_mode, **obs_kw)
+    wm_kw = {**obs_kw, "reward_mode": args.reward_mode, "rollout": args.rollout}
+    env = WorldModelVecEnv(wm, cfg.env.num_envs, seed=args.seed, **wm_kw)
     policy = build_policy(cfg.policy, env.spec, per_action_value=cfg.ppo.reward_level == "action")
     curve, steps, it, t0 = [], 0, 0, time.time()
 
@@ -87,7 +90,8 @@ def main() -> None:
         ts = time.time()
         s = success_in_sim(policy, task, seeds, obs_kw=obs_kw)
         tw = time.time()
-        w, u = success_in_wm(policy, wm, starts, instr, reward_mode=args.reward_mode, images=images, obs_kw=obs_kw)
+        w, u = success_in_wm(policy, wm, starts, instr, reward_mode=args.reward_mode, images=images,
+                             obs_kw={**obs_kw, "rollout": args.rollout})
         policy.train()
         curve.append({"env_steps": steps, "iteration": it, "sim": float(s.mean()), "wm": float(w.mean()),
                       "wm_uncertain": float(u.mean()), "sim_eval_s": round(tw - ts, 1),
@@ -109,7 +113,7 @@ def main() -> None:
 
     for r in range(1, args.rounds + 1):
         if r > 1:
-            env = WorldModelVecEnv(wm, cfg.env.num_envs, seed=args.seed + r, reward_mode=args.reward_mode, **obs_kw)
+            env = WorldModelVecEnv(wm, cfg.env.num_envs, seed=args.seed + r, **wm_kw)
         collector, learner = build_algorithm(cfg, env, policy)
         collector.reset(seed=args.seed + r)
         if r == 1:
@@ -120,7 +124,7 @@ def main() -> None:
                 env.close()
                 add_rollouts(0)
                 score({"round": 0, "wm_path": wm})
-                env = WorldModelVecEnv(wm, cfg.env.num_envs, seed=args.seed + r, reward_mode=args.reward_mode, **obs_kw)
+                env = WorldModelVecEnv(wm, cfg.env.num_envs, seed=args.seed + r, **wm_kw)
                 collector, learner = build_algorithm(cfg, env, policy)
                 collector.reset(seed=args.seed + r)
         goal = steps + args.steps_per_round
@@ -141,6 +145,7 @@ def main() -> None:
             break
         add_rollouts(r)
     result = {"sft": args.sft, "config": args.config, "wm": args.wm, "reward_mode": args.reward_mode,
+              "rollout": args.rollout,
               "rounds": args.rounds, "steps_per_round": args.steps_per_round, "seeds": args.seeds,
               "overrides": args.set, "curve": curve, "lift_sim": curve[-1]["sim"] - curve[0]["sim"],
               "best_sim": max(c["sim"] for c in curve)}
