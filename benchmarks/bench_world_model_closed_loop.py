@@ -9,9 +9,10 @@ task's check on the decoded state as success). From the privileged vectors of bo
   centre more than 1 cm beyond the distance at which a finger (at the gripper's opening) can
   touch a corner of the cube, or more than 2 cm above the cube's top;
 - one step of the model from each of the simulator's own states under the simulator's own
-  actions (teacher forcing): the cube's predicted displacement where the simulator's cube stays
-  (< 0.5 mm: motion the model invents) and where it moves (predicted over real displacement,
-  along the real direction).
+  actions (teacher forcing; the members' mean): the cube's predicted displacement where the
+  simulator's cube stays (< 0.5 mm: motion the model invents) and where it moves (predicted
+  over real displacement, along the real direction), and how far decode(encode(x)) puts the
+  cube and the gripper from where they are (the reconstruction's own error).
 
   python benchmarks/bench_world_model_closed_loop.py --wm runs/wm --checkpoints runs/ppo/checkpoints/iter_000010 \\
       runs/ppo/checkpoints/iter_000040 --seeds 128 [--rollout members] --out closed_loop.json
@@ -92,7 +93,9 @@ def teacher_forced(wm_env, x: np.ndarray, a: np.ndarray, alive: np.ndarray) -> d
     xt = torch.from_numpy(x[:, :-1].reshape(-1, x.shape[-1])[m])
     at = torch.from_numpy(a.reshape(-1, a.shape[-1])[m])
     real = x[:, 1:].reshape(-1, x.shape[-1])[m][:, L["cube"]][:, :2] - xt.numpy()[:, L["cube"]][:, :2]
-    pred_x = mean_step(model, encode_raw(model, xt), at)["x"].numpy()
+    z = encode_raw(model, xt)
+    rec = model.denormalize(model.decode(z)).numpy()
+    pred_x = mean_step(model, z, at)["x"].numpy()
     pred = pred_x[:, L["cube"]][:, :2] - xt.numpy()[:, L["cube"]][:, :2]
     still, moved = np.linalg.norm(real, axis=1) < STILL, np.linalg.norm(real, axis=1) > MOVED
     unit = real[moved] / np.linalg.norm(real[moved], axis=1, keepdims=True)
@@ -100,7 +103,10 @@ def teacher_forced(wm_env, x: np.ndarray, a: np.ndarray, alive: np.ndarray) -> d
     return {"steps_still": int(still.sum()), "steps_moved": int(moved.sum()),
             "invented_motion_mm": float(np.linalg.norm(pred[still], axis=1).mean() * 1000) if still.any() else None,
             "invented_over_2mm": float((np.linalg.norm(pred[still], axis=1) > MOVED).mean()) if still.any() else None,
-            "moved_gain": float(np.median(gain)) if moved.any() else None}
+            "moved_gain": float(np.median(gain)) if moved.any() else None,
+            "reconstruction_cube_mm": float(np.linalg.norm(rec[:, L["cube"]][:, :2] - xt.numpy()[:, L["cube"]][:, :2],
+                                                           axis=1).mean() * 1000),
+            "reconstruction_tcp_mm": float(np.linalg.norm(rec[:, L["tcp"]] - xt.numpy()[:, L["tcp"]], axis=1).mean() * 1000)}
 
 
 def main() -> None:
