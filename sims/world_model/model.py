@@ -26,7 +26,8 @@ from torch import nn
 
 
 HEAD_INPUTS = ("latent_action", "latent", "state")  # what the heads score: (z', a), z', decoded z'
-STATE_LOSSES = ("state", "delta")  # the unit of the state error: the state's std, or a step's change
+STATE_LOSSES = ("state", "delta")
+LATENT_SPACES = ("learned", "state")  # a learned latent, or the normalised privileged vector itself  # the unit of the state error: the state's std, or a step's change
 DELTA_WEIGHT_CAP = 10.0  # state_loss "delta": a dimension's error counts at most 10x its state-unit error
 
 
@@ -61,6 +62,10 @@ class WorldModelConfig:
     # one-step change's std, at most DELTA_WEIGHT_CAP times finer), so that errors of a few mm
     # in positions that move a few mm a step count (MBPO / PETS normalise the predicted deltas)
     state_loss: str = "state"
+    # "learned": encoder, latent dynamics, decoder; "state" (state-only models): the latent is the
+    # normalised privileged vector itself (no encoder or decoder, latent = its size), and a member
+    # predicts its one-step change in units of that change's std (MBPO / PETS's state-space ensembles)
+    latent_space: str = "learned"
     # filled by training (and stored in the checkpoint)
     obs_keys: list[str] = field(default_factory=lambda: ["state", "privileged", "instruction"])
     state_dim: int = 0
@@ -98,9 +103,16 @@ class WorldModel(nn.Module):
             self.image_encoder = ImageEncoder(len(cfg.cameras), size, cfg.channels, F)
             self.image_decoder = ImageDecoder(len(cfg.cameras), size, cfg.channels, Z)
             self.register_buffer("pixel_var", torch.ones(()))  # training frames' pixel variance ([0, 1] units)
-        self.encoder = _mlp(P + F, H, Z)
+        if cfg.latent_space == "state":
+            if cfg.cameras or Z != P:
+                raise ValueError(f"latent_space 'state' models the privileged vector only: no cameras, latent = {P}")
+            self.encoder, self.decoder = nn.Identity(), nn.Identity()
+        else:
+            self.encoder, self.decoder = _mlp(P + F, H, Z), _mlp(Z, H, P)
         self.members = nn.ModuleList(_mlp(Z + A, H, Z) for _ in range(cfg.members))
-        self.decoder = _mlp(Z, H, P)
+        if cfg.latent_space == "state":  # a member's output is scaled per dimension by (one-step
+            # change std / state std), so it predicts changes in their own units (0 for what never changes)
+            self.register_buffer("delta_scale", torch.ones(Z))
         width = {"latent_action": Z + A, "latent": Z, "state": P}[cfg.head_input]
         # reward, success logit, done logit of the transition
         self.heads = (nn.ModuleList(_mlp(width, H, 3) for _ in range(cfg.members)) if cfg.member_heads
@@ -142,7 +154,8 @@ class WorldModel(nn.Module):
         """z [M, N, Z] (one latent per member) or [N, Z] (shared) -> next latents [M, N, Z]."""
         if z.dim() == 2:
             z = z.unsqueeze(0).expand(len(self.members), -1, -1)
-        return torch.stack([z[i] + f(torch.cat([z[i], a], dim=-1)) for i, f in enumerate(self.members)])
+        scale = self.delta_scale if self.cfg.latent_space == "state" else 1.0
+        return torch.stack([z[i] + scale * f(torch.cat([z[i], a], dim=-1)) for i, f in enumerate(self.members)])
 
     def head(self, z_next: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(reward, success logit, done logit) of the transition into z_next under a (a is

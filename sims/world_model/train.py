@@ -31,7 +31,8 @@ import torch.nn.functional as F
 
 from sims.vecenv import EnvError
 from sims.world_model.data import Episode, frames, load_episodes, split, windows
-from sims.world_model.model import DELTA_WEIGHT_CAP, HEAD_INPUTS, STATE_LOSSES, WorldModel, WorldModelConfig
+from sims.world_model.model import (DELTA_WEIGHT_CAP, HEAD_INPUTS, LATENT_SPACES, STATE_LOSSES, WorldModel,
+                                    WorldModelConfig)
 from sims.world_model.rollout import mean_step
 from sims.world_model.vision import to_unit
 
@@ -52,6 +53,10 @@ def _check(cfg: WorldModelConfig) -> None:
         raise EnvError("world_model.dataset: no dataset given; pass dataset=PATH (a LeRobot v3 dataset)")
     if cfg.state_loss not in STATE_LOSSES:
         raise EnvError(f"world_model.state_loss: {cfg.state_loss!r} is not built; allowed: {', '.join(STATE_LOSSES)}")
+    if cfg.latent_space not in LATENT_SPACES:
+        raise EnvError(f"world_model.latent_space: {cfg.latent_space!r} is not built; allowed: {', '.join(LATENT_SPACES)}")
+    if cfg.latent_space == "state" and cams:
+        raise EnvError("world_model.latent_space: 'state' models the privileged vector only; with cameras allowed: learned")
     if cfg.head_input not in HEAD_INPUTS:
         raise EnvError(f"world_model.head_input: {cfg.head_input!r} is not built; allowed: {', '.join(HEAD_INPUTS)}")
     for name in ("member_heads", "heads_only"):
@@ -113,8 +118,10 @@ def _fit_normalizer(model: WorldModel, train: list[Episode]) -> None:
     x = torch.cat([ep.x for ep in train])
     model.mean.copy_(x.mean(dim=0))
     model.std.copy_(x.std(dim=0).clamp(min=1e-3))
+    dx = torch.cat([ep.x[1:] - ep.x[:-1] for ep in train])
+    if model.cfg.latent_space == "state":  # members predict changes in units of their std
+        model.delta_scale.copy_(dx.std(dim=0) / model.std)
     if model.cfg.state_loss == "delta":  # (state std / one-step change std)^2, in [1, cap^2], mean 1
-        dx = torch.cat([ep.x[1:] - ep.x[:-1] for ep in train])
         ratio = (model.std / dx.std(dim=0).clamp(min=1e-9)).clamp(1.0, DELTA_WEIGHT_CAP)
         model.loss_weight.copy_(ratio**2 / (ratio**2).mean())
     if model.cfg.cameras:
@@ -129,7 +136,7 @@ def _continue_from(model: WorldModel, cfg: WorldModelConfig) -> None:
 
     prev, _ = load_world_model(cfg.init_from, cfg.task)
     sizes = ("privileged_dim", "action_dim", "latent", "hidden", "members", "cameras", "channels", "image_size",
-             "state_loss")
+             "state_loss", "latent_space")
     sizes += () if cfg.heads_only else ("head_input", "member_heads")
     bad = [n for n in sizes if getattr(prev.cfg, n) != getattr(cfg, n)]
     if bad:
@@ -213,6 +220,7 @@ def train_world_model(cfg: WorldModelConfig, log=print) -> tuple[WorldModel, dic
                   state_dim=int(spec.get("state_dim", ep0.x.shape[1])),
                   max_episode_steps=int(spec.get("max_episode_steps", max(len(e.x) for e in episodes))),
                   control_hz=float(spec.get("control_hz", 20.0)), image_size=size,
+                  latent=ep0.x.shape[1] if cfg.latent_space == "state" else cfg.latent,
                   obs_keys=["state", "privileged", "instruction"] + [f"rgb_{c}" for c in cfg.cameras])
     train, held = split(episodes, cfg.holdout, cfg.seed)
     model = WorldModel(cfg)
