@@ -39,7 +39,8 @@ def clear_of_cube(x: np.ndarray) -> np.ndarray:
 
     tcp, cube, gap = x[..., L["tcp"]], x[..., L["cube"]], x[..., L["gap"]][..., 0]
     reach = CUBE_HALF * np.sqrt(2) + np.maximum(gap, 0) / 2 + FINGER_THICK + 0.01
-    return (np.linalg.norm(tcp[..., :2] - cube[..., :2], axis=-1) > reach) | (tcp[..., 2] > cube[..., 2] + CUBE_HALF + 0.02)
+    above = tcp[..., 2] > cube[..., 2] + CUBE_HALF + 0.02
+    return (np.linalg.norm(tcp[..., :2] - cube[..., :2], axis=-1) > reach) | above
 
 
 @torch.no_grad()
@@ -100,13 +101,16 @@ def teacher_forced(wm_env, x: np.ndarray, a: np.ndarray, alive: np.ndarray) -> d
     still, moved = np.linalg.norm(real, axis=1) < STILL, np.linalg.norm(real, axis=1) > MOVED
     unit = real[moved] / np.linalg.norm(real[moved], axis=1, keepdims=True)
     gain = (pred[moved] * unit).sum(1) / np.linalg.norm(real[moved], axis=1)
+    invented = np.linalg.norm(pred[still], axis=1)
+    x_now = xt.numpy()
+    rec_cube = np.linalg.norm(rec[:, L["cube"]][:, :2] - x_now[:, L["cube"]][:, :2], axis=1)
+    rec_tcp = np.linalg.norm(rec[:, L["tcp"]] - x_now[:, L["tcp"]], axis=1)
     return {"steps_still": int(still.sum()), "steps_moved": int(moved.sum()),
-            "invented_motion_mm": float(np.linalg.norm(pred[still], axis=1).mean() * 1000) if still.any() else None,
-            "invented_over_2mm": float((np.linalg.norm(pred[still], axis=1) > MOVED).mean()) if still.any() else None,
+            "invented_motion_mm": float(invented.mean() * 1000) if still.any() else None,
+            "invented_over_2mm": float((invented > MOVED).mean()) if still.any() else None,
             "moved_gain": float(np.median(gain)) if moved.any() else None,
-            "reconstruction_cube_mm": float(np.linalg.norm(rec[:, L["cube"]][:, :2] - xt.numpy()[:, L["cube"]][:, :2],
-                                                           axis=1).mean() * 1000),
-            "reconstruction_tcp_mm": float(np.linalg.norm(rec[:, L["tcp"]] - xt.numpy()[:, L["tcp"]], axis=1).mean() * 1000)}
+            "reconstruction_cube_mm": float(rec_cube.mean() * 1000),
+            "reconstruction_tcp_mm": float(rec_tcp.mean() * 1000)}
 
 
 def main() -> None:

@@ -369,8 +369,9 @@ def test_delta_state_loss(trained, tmp_path):
     save_world_model(tmp_path / "delta", model, resets)
     again, _ = load_world_model(tmp_path / "delta")
     assert torch.equal(again.loss_weight, w)
-    _one_line(lambda: train_world_model(WorldModelConfig(task="PushCube", dataset=str(data), init_from=str(tmp_path / "delta"),
-                                                         **SMALL)), "state_loss", "delta")
+    _one_line(lambda: train_world_model(WorldModelConfig(task="PushCube", dataset=str(data),
+                                                         init_from=str(tmp_path / "delta"), **SMALL)),
+              "state_loss", "delta")
     _one_line(lambda: train_world_model(WorldModelConfig(task="PushCube", dataset=str(data), state_loss="pixels",
                                                          **SMALL)), "state_loss", "delta")
 

@@ -303,7 +303,8 @@ class WorldModelVecEnv(VecEnv):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._z = torch.as_tensor(np.asarray(state["latent"])).float().clone()
         zm = state.get("member_latents")  # absent in a state written before the "members" rollout
-        self._zm = (self._z.expand(self.cfg.members, -1, -1) if zm is None else torch.as_tensor(np.asarray(zm))).float().clone()
+        zm = self._z.expand(self.cfg.members, -1, -1) if zm is None else torch.as_tensor(np.asarray(zm))
+        self._zm = zm.float().clone()
         self._x = torch.as_tensor(np.asarray(state["privileged"])).float().clone()
         self._elapsed = np.asarray(state["elapsed"], dtype=np.int64).copy()
         self._instr = [str(s) for s in state["instructions"]]

@@ -26,8 +26,8 @@ from torch import nn
 
 
 HEAD_INPUTS = ("latent_action", "latent", "state")  # what the heads score: (z', a), z', decoded z'
-STATE_LOSSES = ("state", "delta")
-LATENT_SPACES = ("learned", "state")  # a learned latent, or the normalised privileged vector itself  # the unit of the state error: the state's std, or a step's change
+STATE_LOSSES = ("state", "delta")  # the unit of the state error: the state's std, or a step's change
+LATENT_SPACES = ("learned", "state")  # a learned latent, or the normalised privileged vector itself
 DELTA_WEIGHT_CAP = 10.0  # state_loss "delta": a dimension's error counts at most 10x its state-unit error
 
 

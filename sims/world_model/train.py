@@ -52,11 +52,14 @@ def _check(cfg: WorldModelConfig) -> None:
     if not cfg.dataset:
         raise EnvError("world_model.dataset: no dataset given; pass dataset=PATH (a LeRobot v3 dataset)")
     if cfg.state_loss not in STATE_LOSSES:
-        raise EnvError(f"world_model.state_loss: {cfg.state_loss!r} is not built; allowed: {', '.join(STATE_LOSSES)}")
+        raise EnvError(f"world_model.state_loss: {cfg.state_loss!r} is not built; "
+                       f"allowed: {', '.join(STATE_LOSSES)}")
     if cfg.latent_space not in LATENT_SPACES:
-        raise EnvError(f"world_model.latent_space: {cfg.latent_space!r} is not built; allowed: {', '.join(LATENT_SPACES)}")
+        raise EnvError(f"world_model.latent_space: {cfg.latent_space!r} is not built; "
+                       f"allowed: {', '.join(LATENT_SPACES)}")
     if cfg.latent_space == "state" and cams:
-        raise EnvError("world_model.latent_space: 'state' models the privileged vector only; with cameras allowed: learned")
+        raise EnvError("world_model.latent_space: 'state' models the privileged vector only; "
+                       "with cameras allowed: learned")
     if cfg.head_input not in HEAD_INPUTS:
         raise EnvError(f"world_model.head_input: {cfg.head_input!r} is not built; allowed: {', '.join(HEAD_INPUTS)}")
     for name in ("member_heads", "heads_only"):
