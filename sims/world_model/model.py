@@ -103,14 +103,14 @@ class WorldModel(nn.Module):
             self.image_encoder = ImageEncoder(len(cfg.cameras), size, cfg.channels, F)
             self.image_decoder = ImageDecoder(len(cfg.cameras), size, cfg.channels, Z)
             self.register_buffer("pixel_var", torch.ones(()))  # training frames' pixel variance ([0, 1] units)
-        if cfg.latent_space == "state":
-            if cfg.cameras or Z != P:
-                raise ValueError(f"latent_space 'state' models the privileged vector only: no cameras, latent = {P}")
-            self.encoder, self.decoder = nn.Identity(), nn.Identity()
-        else:
-            self.encoder, self.decoder = _mlp(P + F, H, Z), _mlp(Z, H, P)
+        state = cfg.latent_space == "state"
+        if state and (cfg.cameras or Z != P):
+            raise ValueError(f"latent_space 'state' models the privileged vector only: no cameras, latent = {P}")
+        # built in this order (encoder, members, decoder), so that a seed gives the same weights as before
+        self.encoder = nn.Identity() if state else _mlp(P + F, H, Z)
         self.members = nn.ModuleList(_mlp(Z + A, H, Z) for _ in range(cfg.members))
-        if cfg.latent_space == "state":  # a member's output is scaled per dimension by (one-step
+        self.decoder = nn.Identity() if state else _mlp(Z, H, P)
+        if state:  # a member's output is scaled per dimension by (one-step
             # change std / state std), so it predicts changes in their own units (0 for what never changes)
             self.register_buffer("delta_scale", torch.ones(Z))
         width = {"latent_action": Z + A, "latent": Z, "state": P}[cfg.head_input]
