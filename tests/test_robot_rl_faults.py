@@ -158,6 +158,7 @@ def test_estop_ends_the_run_cleanly_and_nothing_is_sent_after(world):
     run, checker = world["run"], world["checker"]
     proc = world["start"]("all", "actor.episodes=1000")
     assert _until(lambda: len(_episodes(run)) >= 2, 120), "no episodes"
+    finished = len(_episodes(run))
     checker.estop.publish(rt.scalar("std_msgs/msg/Bool", True))
     t_estop = time.monotonic()
     out, _ = proc.communicate(timeout=60)
@@ -165,7 +166,9 @@ def test_estop_ends_the_run_cleanly_and_nothing_is_sent_after(world):
     assert json.loads(out.strip().splitlines()[-1])["ended"] == "e-stop"
     late = [t for t, _ in checker.commands if t > t_estop + 0.05]  # 50 ms for delivery of the e-stop
     assert late == []
-    assert read_meta(run / "online")["total_episodes"] >= 3  # the finished ones and the one cut short
+    # every episode finished before the e-stop, and the one it cut short if that one had taken a
+    # step (an e-stop between two episodes leaves nothing to record)
+    assert read_meta(run / "online")["total_episodes"] >= finished
     assert checker.violations == []
 
 
