@@ -3,7 +3,8 @@
 Each checkpoint's deterministic policy plays the same starts (evaluation seeds 1_000_000 + i)
 in the simulator and in the model (from the simulator's initial privileged vectors, with the
 task's check on the decoded state as success). From the privileged vectors of both:
-- success, and how far the cube travels in the plane over the episode;
+- success, how far the cube travels in the plane over the episode, and where it ends relative
+  to the goal (medians: how far past it along the line from the cube's start, how far beside it);
 - "pushes without contact": of the steps in which the cube starts to move (under 0.5 mm in the
   step before, over 2 mm in this one), the fraction in which the gripper is clear of it: its
   centre more than 1 cm beyond the distance at which a finger (at the gripper's opening) can
@@ -11,8 +12,8 @@ task's check on the decoded state as success). From the privileged vectors of bo
 - one step of the model from each of the simulator's own states under the simulator's own
   actions (teacher forcing; the members' mean): the cube's predicted displacement where the
   simulator's cube stays (< 0.5 mm: motion the model invents) and where it moves (predicted
-  over real displacement, along the real direction), and how far decode(encode(x)) puts the
-  cube and the gripper from where they are (the reconstruction's own error).
+  over real displacement, along the real direction, and the angle between them), and how far
+  decode(encode(x)) puts the cube and the gripper from where they are (the reconstruction's error).
 
   python benchmarks/bench_world_model_closed_loop.py --wm runs/wm --checkpoints runs/ppo/checkpoints/iter_000010 \\
       runs/ppo/checkpoints/iter_000040 --seeds 128 [--rollout members] --out closed_loop.json
@@ -77,8 +78,14 @@ def closed_loop_stats(x: np.ndarray, alive: np.ndarray, succ: np.ndarray) -> dic
     starts[:, 1:] = (step[:, :-1] < STILL) & (step[:, 1:] > MOVED) & alive[:, 1:]
     clear = clear_of_cube(x[:, :-1])
     last = alive.sum(1)  # the index of each episode's last state
-    travel = np.linalg.norm(cube[np.arange(len(x)), last] - cube[:, 0], axis=-1)
+    end = cube[np.arange(len(x)), last]
+    travel = np.linalg.norm(end - cube[:, 0], axis=-1)
+    goal = x[:, 0, L["goal"]][:, :2]  # the cube's end relative to the goal, along and across
+    u = (goal - cube[:, 0]) / np.linalg.norm(goal - cube[:, 0], axis=1, keepdims=True)  # the line to it
+    off = end - goal
+    along, across = (off * u).sum(1), np.abs(off[:, 0] * u[:, 1] - off[:, 1] * u[:, 0])
     return {"success": float(succ.mean()), "cube_travel_m": float(travel.mean()),
+            "end_past_goal_m": float(np.median(along)), "end_beside_goal_m": float(np.median(across)),
             "steps": int(alive.sum()), "pushes": int(starts.sum()),
             "pushes_without_contact": float((starts & clear).sum() / max(starts.sum(), 1))}
 
@@ -101,6 +108,8 @@ def teacher_forced(wm_env, x: np.ndarray, a: np.ndarray, alive: np.ndarray) -> d
     still, moved = np.linalg.norm(real, axis=1) < STILL, np.linalg.norm(real, axis=1) > MOVED
     unit = real[moved] / np.linalg.norm(real[moved], axis=1, keepdims=True)
     gain = (pred[moved] * unit).sum(1) / np.linalg.norm(real[moved], axis=1)
+    cross = pred[moved][:, 0] * unit[:, 1] - pred[moved][:, 1] * unit[:, 0]
+    angle = np.degrees(np.abs(np.arctan2(cross, (pred[moved] * unit).sum(1))))  # direction's error
     invented = np.linalg.norm(pred[still], axis=1)
     x_now = xt.numpy()
     rec_cube = np.linalg.norm(rec[:, L["cube"]][:, :2] - x_now[:, L["cube"]][:, :2], axis=1)
@@ -109,6 +118,7 @@ def teacher_forced(wm_env, x: np.ndarray, a: np.ndarray, alive: np.ndarray) -> d
             "invented_motion_mm": float(invented.mean() * 1000) if still.any() else None,
             "invented_over_2mm": float((invented > MOVED).mean()) if still.any() else None,
             "moved_gain": float(np.median(gain)) if moved.any() else None,
+            "moved_angle_deg": float(np.median(angle)) if moved.any() else None,
             "reconstruction_cube_mm": float(rec_cube.mean() * 1000),
             "reconstruction_tcp_mm": float(rec_tcp.mean() * 1000)}
 

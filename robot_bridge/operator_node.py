@@ -53,10 +53,10 @@ class TakeoverRule:
 
     def __init__(self, task: str, window: int = 5, min_progress: float = 0.01, takeover: int = 5,
                  progress_key: str | None = None):
-        from sims.registry import _task_cls, expert_for
+        from sims.registry import expert_for, task_class
 
         self.expert = expert_for(task)
-        layout = _task_cls(task).layout
+        layout = task_class(task).layout
         key = progress_key or ("goal_minus_tcp" if "goal_minus_tcp" in layout else "goal_minus_cube")
         if key not in layout:
             raise ValueError(f"progress_key: {key!r} is not in {task}'s layout; allowed: {', '.join(layout)}")

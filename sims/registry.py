@@ -33,7 +33,7 @@ def list_tasks() -> list[str]:
     return sorted(TASK_NAMES)
 
 
-def _task_cls(task: str) -> type:
+def task_class(task: str) -> type:
     from sims.vecenv import EnvError
 
     tasks = _tasks()
@@ -85,7 +85,7 @@ def make_env(task: str, num_envs: int, **kwargs: Any) -> VecEnv:
         return ManiSkillVecEnv(task, num_envs, **{k: v for k, v in kwargs.items() if v is not None})
     from sims.mujoco.env import MujocoVecEnv
 
-    return MujocoVecEnv(_task_cls(task)(), num_envs, **kwargs)
+    return MujocoVecEnv(task_class(task)(), num_envs, **kwargs)
 
 
 def expert_for(task: str) -> Callable[[np.ndarray], np.ndarray]:
@@ -106,4 +106,4 @@ def expert_for(task: str) -> Callable[[np.ndarray], np.ndarray]:
         from sims.maniskill.expert import expert_for as ms_expert_for
 
         return ms_expert_for(task)
-    return _task_cls(task).expert
+    return task_class(task).expert

@@ -40,6 +40,7 @@ class WorldModelConfig:
     members: int = 5  # ensemble size (>= 5: the disagreement needs several members)
     latent: int = 64
     hidden: int = 256
+    member_layers: int = 2  # hidden layers of each ensemble member (MBPO / PETS use 4 of 200)
     horizon_k: int = 8  # steps of the autoregressive training loss
     epochs: int = 200
     batch_size: int = 256
@@ -66,6 +67,11 @@ class WorldModelConfig:
     # normalised privileged vector itself (no encoder or decoder, latent = its size), and a member
     # predicts its one-step change in units of that change's std (MBPO / PETS's state-space ensembles)
     latent_space: str = "learned"
+    # with latent_space "state": after every step, the fields the task declares as the difference
+    # of two others (cube - tcp, goal - cube, ...) are recomputed from those two, and its unit
+    # quaternions renormalised (sims/mujoco/tasks/base.py), so that a policy reading them sees the
+    # cube where the model put it and the next step starts from a state the simulator can produce
+    consistent: bool = False
     # filled by training (and stored in the checkpoint)
     obs_keys: list[str] = field(default_factory=lambda: ["state", "privileged", "instruction"])
     state_dim: int = 0
@@ -83,9 +89,26 @@ class WorldModelConfig:
         return asdict(self)
 
 
-def _mlp(inp: int, hidden: int, out: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(inp, hidden), nn.ELU(), nn.Linear(hidden, hidden), nn.ELU(),
-                         nn.Linear(hidden, out))
+def _mlp(inp: int, hidden: int, out: int, layers: int = 2) -> nn.Sequential:
+    """An MLP with `layers` hidden layers of width `hidden` (ELU)."""
+    mods: list[nn.Module] = []
+    for i in range(layers):
+        mods += [nn.Linear(inp if i == 0 else hidden, hidden), nn.ELU()]
+    return nn.Sequential(*mods, nn.Linear(hidden, out))
+
+
+def derived_fields(task: str) -> tuple[torch.Tensor, list[slice]]:
+    """The fields of a task's privileged vector that follow from others: rows [K, 3] (the index
+    of an entry of a - b, of a's entry, of b's; one row per coordinate) and the slices of its
+    unit quaternions."""
+    from sims.registry import task_class
+
+    cls = task_class(task)
+    L = cls.layout
+    rows = [(o, a, b) for name, (fa, fb) in cls.differences.items()
+            for o, a, b in zip(range(L[name].start, L[name].stop), range(L[fa].start, L[fa].stop),
+                               range(L[fb].start, L[fb].stop))]
+    return torch.tensor(rows, dtype=torch.int64).reshape(-1, 3), [L[q] for q in cls.unit_quaternions]
 
 
 class WorldModel(nn.Module):
@@ -108,11 +131,14 @@ class WorldModel(nn.Module):
             raise ValueError(f"latent_space 'state' models the privileged vector only: no cameras, latent = {P}")
         # built in this order (encoder, members, decoder), so that a seed gives the same weights as before
         self.encoder = nn.Identity() if state else _mlp(P + F, H, Z)
-        self.members = nn.ModuleList(_mlp(Z + A, H, Z) for _ in range(cfg.members))
+        self.members = nn.ModuleList(_mlp(Z + A, H, Z, cfg.member_layers) for _ in range(cfg.members))
         self.decoder = nn.Identity() if state else _mlp(Z, H, P)
         if state:  # a member's output is scaled per dimension by (one-step
             # change std / state std), so it predicts changes in their own units (0 for what never changes)
             self.register_buffer("delta_scale", torch.ones(Z))
+        if cfg.consistent:
+            rows, self.quaternions = derived_fields(cfg.task)
+            self.register_buffer("derived_rows", rows, persistent=False)
         width = {"latent_action": Z + A, "latent": Z, "state": P}[cfg.head_input]
         # reward, success logit, done logit of the transition
         self.heads = (nn.ModuleList(_mlp(width, H, 3) for _ in range(cfg.members)) if cfg.member_heads
@@ -155,7 +181,18 @@ class WorldModel(nn.Module):
         if z.dim() == 2:
             z = z.unsqueeze(0).expand(len(self.members), -1, -1)
         scale = self.delta_scale if self.cfg.latent_space == "state" else 1.0
-        return torch.stack([z[i] + scale * f(torch.cat([z[i], a], dim=-1)) for i, f in enumerate(self.members)])
+        z_next = torch.stack([z[i] + scale * f(torch.cat([z[i], a], dim=-1)) for i, f in enumerate(self.members)])
+        return self.make_consistent(z_next) if self.cfg.consistent else z_next
+
+    def make_consistent(self, z: torch.Tensor) -> torch.Tensor:
+        """Normalised state latents [..., P] -> the same with the derived fields recomputed
+        (WorldModelConfig.consistent)."""
+        x = self.denormalize(z)
+        r = self.derived_rows
+        x = x.index_copy(-1, r[:, 0], x[..., r[:, 1]] - x[..., r[:, 2]])
+        for q in self.quaternions:
+            x = torch.cat([x[..., :q.start], nn.functional.normalize(x[..., q], dim=-1), x[..., q.stop:]], dim=-1)
+        return self.normalize(x)
 
     def head(self, z_next: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(reward, success logit, done logit) of the transition into z_next under a (a is

@@ -39,7 +39,7 @@ from sims.world_model.vision import to_unit
 
 def _check(cfg: WorldModelConfig) -> None:
     for name, lo in (("members", 5), ("latent", 1), ("hidden", 1), ("horizon_k", 1), ("epochs", 1),
-                     ("batch_size", 1), ("patience", 1)):
+                     ("batch_size", 1), ("patience", 1), ("member_layers", 1)):
         if not isinstance(getattr(cfg, name), int) or getattr(cfg, name) < lo:
             raise EnvError(f"world_model.{name}: expected an integer >= {lo}, got {getattr(cfg, name)!r}")
     cams = cfg.cameras
@@ -57,6 +57,17 @@ def _check(cfg: WorldModelConfig) -> None:
     if cfg.latent_space not in LATENT_SPACES:
         raise EnvError(f"world_model.latent_space: {cfg.latent_space!r} is not built; "
                        f"allowed: {', '.join(LATENT_SPACES)}")
+    if not isinstance(cfg.consistent, bool):
+        raise EnvError(f"world_model.consistent: expected true or false, got {cfg.consistent!r}")
+    if cfg.consistent and cfg.latent_space != "state":
+        raise EnvError("world_model.consistent: recomputes fields of the state latent; needs latent_space=state, "
+                       f"got {cfg.latent_space!r}")
+    if cfg.consistent:
+        from sims.registry import TASK_NAMES, task_class
+
+        if cfg.task not in TASK_NAMES or not task_class(cfg.task).differences:
+            raise EnvError(f"world_model.consistent: task {cfg.task} declares no derived fields; allowed for: "
+                           f"{', '.join(t for t in TASK_NAMES if task_class(t).differences)}")
     if cfg.latent_space == "state" and cams:
         raise EnvError("world_model.latent_space: 'state' models the privileged vector only; "
                        "with cameras allowed: learned")
@@ -139,7 +150,7 @@ def _continue_from(model: WorldModel, cfg: WorldModelConfig) -> None:
 
     prev, _ = load_world_model(cfg.init_from, cfg.task)
     sizes = ("privileged_dim", "action_dim", "latent", "hidden", "members", "cameras", "channels", "image_size",
-             "state_loss", "latent_space")
+             "state_loss", "latent_space", "member_layers", "consistent")
     sizes += () if cfg.heads_only else ("head_input", "member_heads")
     bad = [n for n in sizes if getattr(prev.cfg, n) != getattr(cfg, n)]
     if bad:

@@ -60,6 +60,10 @@ REACH_LAYOUT: dict[str, slice] = {
     "goal_minus_tcp": slice(12, 15),
 }
 REACH_PRIV_DIM = 15
+# fields that are the difference of two others (name -> (a, b): a - b); a state-space world model
+# recomputes them from a and b after each step (sims/world_model/model.py, WorldModelConfig.consistent)
+CUBE_DIFFERENCES = {"cube_minus_tcp": ("cube", "tcp"), "goal_minus_cube": ("goal", "cube")}
+REACH_DIFFERENCES = {"goal_minus_tcp": ("goal", "tcp")}
 
 Episode = dict[str, np.ndarray]  # per-env episode variables, leading dim n
 
@@ -123,6 +127,8 @@ class Task(abc.ABC):
     max_episode_steps: ClassVar[int]
     privileged_dim: ClassVar[int]
     layout: ClassVar[dict[str, slice]]
+    differences: ClassVar[dict[str, tuple[str, str]]] = {}  # fields of the layout that are a - b
+    unit_quaternions: ClassVar[tuple[str, ...]] = ()  # fields of the layout that are unit quaternions
     scene: ClassVar[SceneOptions]
 
     @abc.abstractmethod

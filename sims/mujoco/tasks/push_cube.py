@@ -16,6 +16,7 @@ from sims.mujoco.control import expert_action
 from sims.mujoco.handles import SimView
 from sims.mujoco.scene import COLOR_NAMES, CUBE_HALF, FINGER_HALF, SceneOptions
 from sims.mujoco.tasks.base import (
+    CUBE_DIFFERENCES,
     CUBE_LAYOUT,
     CUBE_PRIV_DIM,
     Episode,
@@ -42,6 +43,8 @@ class PushCube(Task):
     max_episode_steps = 50
     privileged_dim = CUBE_PRIV_DIM
     layout = CUBE_LAYOUT
+    differences = CUBE_DIFFERENCES
+    unit_quaternions = ("cube_quat",)
     scene = SceneOptions(cube=True, markers=("square",))
 
     def sample_episode(self, rng: np.random.Generator, n: int) -> Episode:

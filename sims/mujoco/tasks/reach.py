@@ -15,7 +15,7 @@ import numpy as np
 from sims.mujoco.control import expert_action
 from sims.mujoco.handles import SimView
 from sims.mujoco.scene import SceneOptions
-from sims.mujoco.tasks.base import REACH_LAYOUT, REACH_PRIV_DIM, Episode, Task, shaped, state_obs
+from sims.mujoco.tasks.base import REACH_DIFFERENCES, REACH_LAYOUT, REACH_PRIV_DIM, Episode, Task, shaped, state_obs
 
 SUCCESS_RADIUS = 0.025
 
@@ -25,6 +25,7 @@ class Reach(Task):
     max_episode_steps = 50
     privileged_dim = REACH_PRIV_DIM
     layout = REACH_LAYOUT
+    differences = REACH_DIFFERENCES
     scene = SceneOptions(cube=False, markers=("sphere",), pole=True, sphere_radius=0.02,
                          goal_rgba=(0.1, 0.9, 0.2, 1.0))
 

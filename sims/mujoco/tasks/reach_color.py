@@ -26,7 +26,7 @@ import numpy as np
 
 from sims.mujoco.handles import SimView
 from sims.mujoco.scene import PALETTE, SceneOptions
-from sims.mujoco.tasks.base import REACH_LAYOUT, Episode, Task, shaped, state_obs
+from sims.mujoco.tasks.base import REACH_DIFFERENCES, REACH_LAYOUT, Episode, Task, shaped, state_obs
 from sims.mujoco.tasks.reach import Reach
 
 SUCCESS_RADIUS = 0.025
@@ -53,6 +53,7 @@ class ReachColor(Task):
     max_episode_steps = 50
     privileged_dim = REACH_COLOR_PRIV_DIM
     layout = REACH_COLOR_LAYOUT
+    differences = {**REACH_DIFFERENCES, "other_minus_tcp": ("other", "tcp")}
     scene = SceneOptions(cube=False, markers=("sphere", "target_sphere"), pole=True, sphere_radius=0.02,
                          goal_rgba=PALETTE["red"], target_rgba=PALETTE["blue"])
 
