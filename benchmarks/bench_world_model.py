@@ -116,7 +116,7 @@ def _wm_episodes(policy, wm, starts, instructions, batch, reward_mode, images, o
     from sims.world_model.env import WorldModelVecEnv
 
     B = min(batch, len(starts))
-    env = WorldModelVecEnv(wm, B, reward_mode=reward_mode, **(obs_kw or {}))
+    env = WorldModelVecEnv(wm, B, seed=0, reward_mode=reward_mode, **(obs_kw or {}))  # seed: model_noise's
     succ_all, unc_all = [], []
     for s in range(0, len(starts), B):
         n = len(starts[s:s + B])
@@ -234,7 +234,8 @@ def cmd_rank(args: argparse.Namespace) -> dict:
         t1 = time.time()
         w, u = success_in_wm(policy, args.wm, starts, instr, reward_mode=args.reward_mode,
                              deterministic=not args.sample,
-                             obs_kw={"success_aggregate": args.success_aggregate, "rollout": args.rollout})
+                             obs_kw={"success_aggregate": args.success_aggregate, "rollout": args.rollout,
+                                     "model_noise": args.model_noise})
         t2 = time.time()
         sim.append(s)
         wm.append(w)
@@ -248,7 +249,8 @@ def cmd_rank(args: argparse.Namespace) -> dict:
                             probe_matches=bool(((ph > 0.5) == w).all()))
         print(json.dumps(rows[-1]), flush=True)
     return {"task": args.task, "seeds": args.seeds, "reward_mode": args.reward_mode, "sample": args.sample,
-            "success_aggregate": args.success_aggregate, "rollout": args.rollout, "probe": args.probe,
+            "success_aggregate": args.success_aggregate, "rollout": args.rollout,
+            "model_noise": args.model_noise, "probe": args.probe,
             "probe_horizon": args.probe_horizon, "rows": rows,
             "agreement": agreement(np.stack(sim), np.stack(wm)), "by_run": by_run(rows)}
 
@@ -284,7 +286,7 @@ def cmd_transfer(args: argparse.Namespace) -> dict:
     policy = load_policy(ckpt)
     policy.train()
     env = WorldModelVecEnv(args.wm, args.num_envs, seed=args.seed, reward_mode=args.reward_mode,
-                           rollout=args.rollout)
+                           rollout=args.rollout, model_noise=args.model_noise)
     collector, learner = build_algorithm(cfg, env, policy)
     collector.reset(seed=args.seed)
     seeds = eval_seeds(args.seeds)
@@ -295,7 +297,7 @@ def cmd_transfer(args: argparse.Namespace) -> dict:
         policy.eval()
         s = success_in_sim(policy, task, seeds)
         w, u = success_in_wm(policy, args.wm, starts, instr, reward_mode=args.reward_mode,
-                             obs_kw={"rollout": args.rollout})
+                             obs_kw={"rollout": args.rollout, "model_noise": args.model_noise})
         policy.train()
         curve.append({"env_steps": steps, "sim": float(s.mean()), "wm": float(w.mean()),
                       "wm_uncertain": float(u.mean()), "wall_seconds": round(time.time() - t_start, 1)})
@@ -315,7 +317,7 @@ def cmd_transfer(args: argparse.Namespace) -> dict:
     if args.save:
         policy.save_pretrained(args.save)
     return {"start": f"{ckpt.parent.parent.name}/{ckpt.name}", "reward_mode": args.reward_mode,
-            "rollout": args.rollout,
+            "rollout": args.rollout, "model_noise": args.model_noise,
             "wm_steps": steps, "seeds": args.seeds,
             "curve": curve, "lift_sim": curve[-1]["sim"] - curve[0]["sim"],
             "best_sim": max(c["sim"] for c in curve)}
@@ -360,6 +362,8 @@ def main() -> None:
     r.add_argument("--sample", action="store_true", help="the policies sample their actions in both environments")
     r.add_argument("--rollout", default="mean", choices=["mean", "members"],
                    help="the model env's rollout (sims/world_model/rollout.py)")
+    r.add_argument("--model-noise", type=float, default=0.0,
+                   help="the model env's model_noise: Gaussian noise per step, x its one-step error std")
     r.add_argument("--success-aggregate", default="mean", choices=["mean", "min"],
                    help="a model with member heads: the mean or the minimum of their success probabilities")
     r.add_argument("--probe", type=float, default=None,
@@ -383,6 +387,8 @@ def main() -> None:
                         "progress and success on the decoded state")
     t.add_argument("--rollout", default="mean", choices=["mean", "members"],
                    help="the model env's rollout (sims/world_model/rollout.py)")
+    t.add_argument("--model-noise", type=float, default=0.0,
+                   help="the model env's model_noise: Gaussian noise per step, x its one-step error std")
     t.add_argument("--save", default=None, help="save the final policy here (save_pretrained)")
     h = sub.add_parser("throughput")
     h.add_argument("--wm", required=True)

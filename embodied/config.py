@@ -31,6 +31,7 @@ class EnvConfig:
     obs_mode: Literal["state", "rgb"] = "state"
     reward_mode: Literal["dense", "staged", "sparse", "task"] = "dense"  # task: world models (docs/world_model.md)
     rollout: Literal["mean", "members"] = "mean"  # world models: how the ensemble steps (docs/world_model.md)
+    model_noise: float = 0.0  # world models: noise per step, in units of the model's one-step error std
     image_size: int = 64
     cameras: list[str] = field(default_factory=lambda: ["front"])  # rgb_<camera> keys with obs_mode rgb
     num_threads: int = 0  # physics threads; 0 = all cores

@@ -26,6 +26,8 @@ def build_env(cfg: EnvConfig, num_envs: int | None = None) -> VecEnv:
     extra = {"cameras": tuple(cfg.cameras)} if cfg.obs_mode == "rgb" else {}
     if cfg.rollout != "mean":
         extra["rollout"] = cfg.rollout
+    if cfg.model_noise != 0.0:
+        extra["model_noise"] = cfg.model_noise
     return make_env(cfg.task, num_envs or cfg.num_envs, obs_mode=cfg.obs_mode, reward_mode=cfg.reward_mode,
                     image_size=cfg.image_size, num_threads=cfg.num_threads,
                     randomization=cfg.randomization, reality=cfg.reality, **extra)

@@ -52,12 +52,16 @@ def make_env(task: str, num_envs: int, **kwargs: Any) -> VecEnv:
     tasks (sims/libero, `make libero`); kwargs go to LiberoVecEnv. "wm:PATH" is a world model
     trained by `embodied world-model train` (sims/world_model); of the kwargs it takes obs_mode
     ("rgb" for a model trained with cameras), cameras, image_size, reward_mode (dense, sparse or
-    task), max_episode_steps, seed, keyframes, rollout (mean or members) and expected_task (the
-    task it must model)."""
+    task), max_episode_steps, seed, keyframes, rollout (mean or members), model_noise and
+    expected_task (the task it must model)."""
     if not task.startswith("wm:") and kwargs.pop("rollout", "mean") != "mean":
         from sims.vecenv import EnvError
 
         raise EnvError(f"env.rollout: steps a world model's ensemble (env.task=wm:PATH); allowed for {task}: mean")
+    if not task.startswith("wm:") and kwargs.pop("model_noise", 0.0) != 0.0:
+        from sims.vecenv import EnvError
+
+        raise EnvError(f"env.model_noise: perturbs a world model's steps (env.task=wm:PATH); allowed for {task}: 0")
     if task.startswith("libero:"):  # LIBERO in its own venv (sims/libero, `make libero`)
         from sims.libero.env import LiberoVecEnv
         from sims.vecenv import EnvError
@@ -76,7 +80,7 @@ def make_env(task: str, num_envs: int, **kwargs: Any) -> VecEnv:
                 raise EnvError(f"env.{key}: domain randomisation is implemented for the MuJoCo tasks "
                                f"only; allowed for world models: null")
         allowed = ("obs_mode", "expected_task", "max_episode_steps", "seed", "keyframes", "reward_mode", "cameras",
-                   "image_size", "rollout")
+                   "image_size", "rollout", "model_noise")
         kwargs = {k: v for k, v in kwargs.items() if k in allowed and v is not None}
         return WorldModelVecEnv(task[3:], num_envs, **kwargs)
     if task.startswith("ms:"):

@@ -51,13 +51,18 @@ class WorldModelVecEnv(VecEnv):
     success_threshold: the success head's probability above which a step is a success.
     uncertainty_scale: multiplies the checkpoint's disagreement threshold (< 1: truncate sooner).
     success_aggregate: with member heads, "mean" or "min" of their success probabilities.
-    rollout: "mean" or "members" (the module's docstring)."""
+    rollout: "mean" or "members" (the module's docstring). model_noise: > 0 adds Gaussian noise
+    of that many times the checkpoint's residual_std (one step's error on held-out data, per
+    latent dimension) to every step's next latent, drawn from the env's seeded stream, so that a
+    policy that only succeeds when the dynamics go exactly its way succeeds less (PETS's
+    aleatoric sampling; docs/world_model.md)."""
 
     def __init__(self, path: str, num_envs: int, *, obs_mode: str = "state", expected_task: str | None = None,
                  max_episode_steps: int | None = None, seed: int | None = None, keyframes: bool = True,
                  reward_mode: str = "dense", cameras: Sequence[str] | None = None,
                  image_size: int | Sequence[int] | None = None, success_threshold: float = 0.5,
-                 uncertainty_scale: float = 1.0, success_aggregate: str = "mean", rollout: str = "mean"):
+                 uncertainty_scale: float = 1.0, success_aggregate: str = "mean", rollout: str = "mean",
+                 model_noise: float = 0.0):
         if reward_mode not in ("dense", "sparse", "task"):
             raise EnvError(f"reward_mode: {reward_mode!r} is not built for world models; allowed: dense "
                            "(the reward head), sparse (the success head), task (the task's terms on the "
@@ -87,6 +92,13 @@ class WorldModelVecEnv(VecEnv):
             raise EnvError("success_aggregate: with rollout 'members' a row's own member's heads score it; "
                            "allowed: mean")
         self.rollout = rollout
+        if not (isinstance(model_noise, (int, float)) and not isinstance(model_noise, bool) and model_noise >= 0):
+            raise EnvError(f"model_noise: expected a number >= 0 (a multiple of the checkpoint's one-step "
+                           f"error std), got {model_noise!r}")
+        if model_noise > 0 and len(cfg.residual_std) != cfg.latent:
+            raise EnvError(f"model_noise: needs a checkpoint with residual_std; {path} was trained before it "
+                           "existed (train it again); allowed here: 0")
+        self._noise_std = float(model_noise) * torch.tensor(cfg.residual_std) if model_noise > 0 else None
         self.cfg = cfg
         base = cfg.member_disagreement_threshold if rollout == "members" else cfg.disagreement_threshold
         self.uncertainty_threshold = base * float(uncertainty_scale)
@@ -218,11 +230,15 @@ class WorldModelVecEnv(VecEnv):
 
     # -- stepping ------------------------------------------------------------------------------
     def _advance(self, a: torch.Tensor, rows: np.ndarray) -> dict[str, torch.Tensor]:
+        noise = None
+        if self._noise_std is not None:  # drawn from the env's own stream: equal seeds, equal noise
+            noise = torch.from_numpy(self._rng.standard_normal((len(rows), self.cfg.latent), dtype=np.float32))
+            noise = noise * self._noise_std
         if self.rollout == "members":
-            out = member_step(self.model, self._zm[:, rows], a, self._follow[rows])
+            out = member_step(self.model, self._zm[:, rows], a, self._follow[rows], noise)
             self._zm[:, rows] = out["zm"]
         else:
-            out = mean_step(self.model, self._z[rows], a, self.success_aggregate)
+            out = mean_step(self.model, self._z[rows], a, self.success_aggregate, noise)
         x_prev = self._x[rows].clone()
         self._z[rows], self._x[rows] = out["z"], out["x"]
         if self.cameras:

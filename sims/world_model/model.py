@@ -84,6 +84,10 @@ class WorldModelConfig:
     # episodes' 99th percentile; 0 = not calibrated (a checkpoint written before it existed)
     member_disagreement_threshold: float = 0.0
     image_size: list[int] = field(default_factory=list)  # [H, W] of the dataset's frames (with cameras)
+    # per latent dimension, the std of one step's error (the members' mean, from the held-out
+    # episodes' own states under their own actions): the env's model_noise adds it back as
+    # Gaussian noise (PETS's aleatoric sampling); [] = not calibrated (written before it existed)
+    residual_std: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

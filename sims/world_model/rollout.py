@@ -43,14 +43,24 @@ def decode_frames(model: WorldModel, z: torch.Tensor, context: torch.Tensor, bat
 AGGREGATES = ("mean", "min")
 
 
+def _perturbed(model: WorldModel, zm: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
+    """Member latents [M, N, Z] plus noise [N, Z] (the same for every member, so that their
+    spread, the disagreement, is unchanged), derived fields recomputed for a consistent model."""
+    if noise is None:
+        return zm
+    zm = zm + noise
+    return model.make_consistent(zm) if model.cfg.consistent else zm
+
+
 @torch.no_grad()
-def mean_step(model: WorldModel, z: torch.Tensor, a: torch.Tensor,
-              success_aggregate: str = "mean") -> dict[str, torch.Tensor]:
+def mean_step(model: WorldModel, z: torch.Tensor, a: torch.Tensor, success_aggregate: str = "mean",
+              noise: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """One step of latents z [N, Z] under actions a [N, A]: next latent "z", raw privileged
     vector "x", "reward", "success_p", "done_p" (probabilities), "disagreement" and
     "head_disagreement", each [N]. success_aggregate: how member heads' success probabilities
-    combine (AGGREGATES; a model with one set of heads has nothing to combine)."""
-    zm = model.step_members(z, a)
+    combine (AGGREGATES; a model with one set of heads has nothing to combine). noise [N, Z]:
+    added to the next latent before the heads score it (the env's model_noise)."""
+    zm = _perturbed(model, model.step_members(z, a), noise)
     z_next = zm.mean(dim=0)
     if model.cfg.member_heads:
         r, s, d = model.head(zm, a)  # [M, N]: member i's heads on member i's next latent
@@ -69,12 +79,13 @@ ROLLOUTS = ("mean", "members")
 
 
 @torch.no_grad()
-def member_step(model: WorldModel, zm: torch.Tensor, a: torch.Tensor, follow: torch.Tensor
-                ) -> dict[str, torch.Tensor]:
+def member_step(model: WorldModel, zm: torch.Tensor, a: torch.Tensor, follow: torch.Tensor,
+                noise: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """One step of per-member latents zm [M, N, Z] under actions a [N, A]; row n serves member
     follow[n] (long [N]). Returns mean_step's keys for the served latent, plus "zm" [M, N, Z].
-    With member heads the served member's own heads score its latent."""
-    zm = model.step_members(zm, a)
+    With member heads the served member's own heads score its latent. noise [N, Z]: as in
+    mean_step, added to every member's next latent."""
+    zm = _perturbed(model, model.step_members(zm, a), noise)
     rows = torch.arange(zm.shape[1])
     z = zm[follow, rows]
     if model.cfg.member_heads:

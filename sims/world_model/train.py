@@ -199,6 +199,19 @@ def member_disagreement_threshold(model: WorldModel, episodes: list[Episode], ma
     return float(margin * torch.quantile(torch.cat(dis), 0.99))
 
 
+@torch.no_grad()
+def residual_std(model: WorldModel, episodes: list[Episode]) -> list[float]:
+    """Per latent dimension, the std over the episodes' steps of mean_step(encode(x_t), a_t)'s
+    latent minus encode(x_t+1): one step's error from the data's own states (teacher forced)."""
+    res = []
+    for ep in episodes:
+        img = None if ep.img is None else ep.img[:-1]
+        z = model.encode(model.normalize(ep.x[:-1]), img)
+        nxt = model.encode(model.normalize(ep.x[1:]), None if ep.img is None else ep.img[1:])
+        res.append(mean_step(model, z, ep.a[:-1])["z"] - nxt)
+    return torch.cat(res).std(dim=0).tolist()
+
+
 def resets_of(episodes: list[Episode], keyframe_every: int) -> dict[str, Any]:
     """Reset states: every episode's first frame, plus every keyframe_every-th frame if > 0
     (with cameras, their frames too: "img" uint8 [N, 3C, H, W])."""
@@ -280,7 +293,8 @@ def train_world_model(cfg: WorldModelConfig, log=print) -> tuple[WorldModel, dic
     model.cfg = cfg = replace(
         cfg, disagreement_threshold=disagreement_threshold(model, wh, cfg.uncertainty_margin, fh),
         member_disagreement_threshold=member_disagreement_threshold(model, held, cfg.uncertainty_margin,
-                                                                    cfg.max_episode_steps))
+                                                                    cfg.max_episode_steps),
+        residual_std=residual_std(model, held))
     summary = {"epochs": len(history), "best_heldout_error": best, "history": history,
                "heldout_metric": "heads_loss" if cfg.heads_only else f"{cfg.horizon_k}_step_error",
                "train_episodes": len(train), "heldout_episodes": len(held),
