@@ -5,6 +5,8 @@ in the simulator and in the model (from the simulator's initial privileged vecto
 task's check on the decoded state as success). From the privileged vectors of both:
 - success, how far the cube travels in the plane over the episode, and where it ends relative
   to the goal (medians: how far past it along the line from the cube's start, how far beside it);
+- how far the vector's own "cube - gripper" field is from its cube minus its gripper (median
+  over the states reached; 0 in the simulator, and in a model with `consistent: true`);
 - "pushes without contact": of the steps in which the cube starts to move (under 0.5 mm in the
   step before, over 2 mm in this one), the fraction in which the gripper is clear of it: its
   centre more than 1 cm beyond the distance at which a finger (at the gripper's opening) can
@@ -84,7 +86,10 @@ def closed_loop_stats(x: np.ndarray, alive: np.ndarray, succ: np.ndarray) -> dic
     u = (goal - cube[:, 0]) / np.linalg.norm(goal - cube[:, 0], axis=1, keepdims=True)  # the line to it
     off = end - goal
     along, across = (off * u).sum(1), np.abs(off[:, 0] * u[:, 1] - off[:, 1] * u[:, 0])
+    live = x[:, 1:][alive]  # [S, P]: the states the episodes reached
+    mismatch = np.linalg.norm(live[:, L["cube_minus_tcp"]] - (live[:, L["cube"]] - live[:, L["tcp"]]), axis=1)
     return {"success": float(succ.mean()), "cube_travel_m": float(travel.mean()),
+            "cube_minus_tcp_mismatch_m": float(np.median(mismatch)),
             "end_past_goal_m": float(np.median(along)), "end_beside_goal_m": float(np.median(across)),
             "steps": int(alive.sum()), "pushes": int(starts.sum()),
             "pushes_without_contact": float((starts & clear).sum() / max(starts.sum(), 1))}
