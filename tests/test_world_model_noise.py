@@ -12,13 +12,12 @@ import test_sims_contract as contract
 import torch
 
 from sims.registry import make_env
-from sims.vecenv import EnvError
 from sims.world_model.checkpoint import load_world_model, save_world_model
 from sims.world_model.env import WorldModelVecEnv
 from sims.world_model.model import WorldModelConfig
 from sims.world_model.rollout import encode_raw
 from sims.world_model.train import heldout_episodes, train_world_model
-from test_world_model import SMALL, trained  # noqa: F401  (the fixture)
+from test_world_model import SMALL, _one_line, trained  # noqa: F401  (trained: the fixture)
 
 
 @pytest.fixture(scope="module")
@@ -86,19 +85,14 @@ def test_noise_has_the_calibrated_size(state_model, rollout):
 
 
 def test_bad_input(trained, tmp_path):  # noqa: F811
-    def one_line(fn, *words):
-        with pytest.raises(EnvError) as err:
-            fn()
-        assert "\n" not in str(err.value) and all(w in str(err.value) for w in words), str(err.value)
-
     path = trained[0]
-    one_line(lambda: make_env(f"wm:{path}", 2, model_noise=-1.0), "model_noise", ">= 0")
-    one_line(lambda: make_env(f"wm:{path}", 2, model_noise="big"), "model_noise", ">= 0")
-    one_line(lambda: make_env("PushCube", 2, model_noise=1.0), "env.model_noise", "allowed for PushCube: 0")
+    _one_line(lambda: make_env(f"wm:{path}", 2, model_noise=-1.0), "model_noise", ">= 0")
+    _one_line(lambda: make_env(f"wm:{path}", 2, model_noise="big"), "model_noise", ">= 0")
+    _one_line(lambda: make_env("PushCube", 2, model_noise=1.0), "env.model_noise", "allowed for PushCube: 0")
     old = tmp_path / "old"
     shutil.copytree(path, old)
     meta = json.loads((old / "config.json").read_text())
     del meta["config"]["residual_std"]  # a checkpoint written before residual_std existed
     (old / "config.json").write_text(json.dumps(meta))
-    one_line(lambda: make_env(f"wm:{old}", 2, model_noise=1.0), "model_noise", "residual_std", "allowed here: 0")
+    _one_line(lambda: make_env(f"wm:{old}", 2, model_noise=1.0), "model_noise", "residual_std", "allowed here: 0")
     make_env(f"wm:{old}", 2).close()  # without noise it still serves

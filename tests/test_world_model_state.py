@@ -8,13 +8,12 @@ import pytest
 import torch
 
 from sims.registry import make_env
-from sims.vecenv import EnvError
 from sims.world_model.checkpoint import load_world_model, save_world_model
 from sims.world_model.evaluate import kstep_errors
 from sims.world_model.model import WorldModelConfig
 from sims.world_model.train import heldout_episodes, train_world_model
+from test_world_model import SMALL, _one_line
 
-SMALL = dict(hidden=64, latent=32, horizon_k=4, epochs=30, patience=5, batch_size=128)
 
 
 @pytest.fixture(scope="module")
@@ -22,13 +21,6 @@ def data(build_once):
     from embodied.collect import collect_demos
 
     return build_once("wm_pushcube_30", lambda p: collect_demos("PushCube", 30, p, seed=0))
-
-
-def _one_line(fn, *words):
-    with pytest.raises(EnvError) as err:
-        fn()
-    msg = str(err.value)
-    assert "\n" not in msg and all(w in msg for w in words), msg
 
 
 def test_delta_state_loss(data, tmp_path):
