@@ -54,14 +54,13 @@ def make_env(task: str, num_envs: int, **kwargs: Any) -> VecEnv:
     ("rgb" for a model trained with cameras), cameras, image_size, reward_mode (dense, sparse or
     task), max_episode_steps, seed, keyframes, rollout (mean or members), model_noise and
     expected_task (the task it must model)."""
-    if not task.startswith("wm:") and kwargs.pop("rollout", "mean") != "mean":
+    if not task.startswith("wm:"):  # the world model's own knobs, at their defaults
         from sims.vecenv import EnvError
 
-        raise EnvError(f"env.rollout: steps a world model's ensemble (env.task=wm:PATH); allowed for {task}: mean")
-    if not task.startswith("wm:") and kwargs.pop("model_noise", 0.0) != 0.0:
-        from sims.vecenv import EnvError
-
-        raise EnvError(f"env.model_noise: perturbs a world model's steps (env.task=wm:PATH); allowed for {task}: 0")
+        for key, what, default, shown in (("rollout", "steps a world model's ensemble", "mean", "mean"),
+                                          ("model_noise", "perturbs a world model's steps", 0.0, "0")):
+            if kwargs.pop(key, default) != default:
+                raise EnvError(f"env.{key}: {what} (env.task=wm:PATH); allowed for {task}: {shown}")
     if task.startswith("libero:"):  # LIBERO in its own venv (sims/libero, `make libero`)
         from sims.libero.env import LiberoVecEnv
         from sims.vecenv import EnvError
