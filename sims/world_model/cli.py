@@ -1,10 +1,12 @@
-"""`embodied world-model train CONFIG key=value...` and `embodied world-model eval CHECKPOINT`.
+"""`embodied world-model train CONFIG key=value...`, `embodied world-model eval CHECKPOINT` and
+`embodied world-model fit-noise CHECKPOINT --out DIR`.
 The parser imports nothing heavy (tests/test_cli_startup.py); the handlers import torch."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 
@@ -22,6 +24,11 @@ def world_model_arguments(p: argparse.ArgumentParser) -> None:
                                                    "(default: the episodes training held out)")
     e.add_argument("--ks", default="1,8,32", help="comma-separated k of the k-step errors")
     e.set_defaults(fn=cmd_world_model_eval)
+    n = sub.add_parser("fit-noise", help="give a trained model a learned noise head (for env.model_noise), its "
+                                         "dynamics and heads unchanged (sims/world_model/noise.py)")
+    n.add_argument("checkpoint", help="a folder written by `embodied world-model train`")
+    n.add_argument("--out", required=True, help="the new checkpoint's folder (not the input's)")
+    n.set_defaults(fn=cmd_world_model_fit_noise)
 
 
 def load_config(path: Path, overrides: list[str]):
@@ -88,4 +95,34 @@ def cmd_world_model_eval(args: argparse.Namespace) -> int:
     print(json.dumps({"checkpoint": args.checkpoint, "task": model.cfg.task,
                       "dataset": args.dataset or f"{model.cfg.dataset} (held-out episodes)",
                       **report(model, episodes, ks)}, indent=1))
+    return 0
+
+
+def cmd_world_model_fit_noise(args: argparse.Namespace) -> int:
+    """The same noise head that training with noise_head=true fits (same held-out split and seed)."""
+    from dataclasses import replace
+
+    from sims.vecenv import EnvError
+    from sims.world_model.checkpoint import load_world_model, save_world_model
+    from sims.world_model.model import WorldModel
+    from sims.world_model.noise import fit_noise_head
+    from sims.world_model.train import heldout_episodes
+
+    if Path(args.out).resolve() == Path(args.checkpoint).resolve():
+        raise EnvError(f"--out: {args.out} is the input checkpoint; allowed: another folder (the input stays as it is)")
+    prev, resets = load_world_model(args.checkpoint)
+    if len(prev.cfg.residual_std) != prev.cfg.latent:
+        raise EnvError(f"checkpoint: {args.checkpoint} has no residual_std (trained before it existed); "
+                       "train it again")
+    import torch
+
+    torch.manual_seed(prev.cfg.seed)  # as training seeds the model it builds: the same initial noise head
+    model = WorldModel(replace(prev.cfg, noise_head=True))
+    state = model.state_dict()
+    state.update({k: v for k, v in prev.state_dict().items() if not k.startswith("noise_net.")})
+    model.load_state_dict(state)
+    model.eval()
+    fit = fit_noise_head(model, heldout_episodes(model.cfg), model.cfg.seed, log=lambda m: print(m, file=sys.stderr))
+    out = save_world_model(args.out, model, resets)
+    print(json.dumps({"checkpoint": str(out), "noise_head": fit}, indent=1))
     return 0

@@ -53,7 +53,8 @@ class WorldModelVecEnv(VecEnv):
     success_aggregate: with member heads, "mean" or "min" of their success probabilities.
     rollout: "mean" or "members" (the module's docstring). model_noise: > 0 adds Gaussian noise
     of that many times the checkpoint's residual_std (one step's error on held-out data, per
-    latent dimension) to every step's next latent, drawn from the env's seeded stream, so that a
+    latent dimension; with a noise head, scaled per state and action: sims/world_model/noise.py)
+    to every step's next latent, drawn from the env's seeded stream, so that a
     policy that only succeeds when the dynamics go exactly its way succeeds less (PETS's
     aleatoric sampling; docs/world_model.md)."""
 
@@ -98,7 +99,7 @@ class WorldModelVecEnv(VecEnv):
         if model_noise > 0 and len(cfg.residual_std) != cfg.latent:
             raise EnvError(f"model_noise: needs a checkpoint with residual_std; {path} was trained before it "
                            "existed (train it again); allowed here: 0")
-        self._noise_std = float(model_noise) * torch.tensor(cfg.residual_std) if model_noise > 0 else None
+        self._noise_scale = float(model_noise)
         self.cfg = cfg
         base = cfg.member_disagreement_threshold if rollout == "members" else cfg.disagreement_threshold
         self.uncertainty_threshold = base * float(uncertainty_scale)
@@ -231,9 +232,9 @@ class WorldModelVecEnv(VecEnv):
     # -- stepping ------------------------------------------------------------------------------
     def _advance(self, a: torch.Tensor, rows: np.ndarray) -> dict[str, torch.Tensor]:
         noise = None
-        if self._noise_std is not None:  # drawn from the env's own stream: equal seeds, equal noise
+        if self._noise_scale > 0:  # drawn from the env's own stream: equal seeds, equal noise
             noise = torch.from_numpy(self._rng.standard_normal((len(rows), self.cfg.latent), dtype=np.float32))
-            noise = noise * self._noise_std
+            noise = noise * self._noise_scale  # the rollout scales it by the model's noise_std
         if self.rollout == "members":
             out = member_step(self.model, self._zm[:, rows], a, self._follow[rows], noise)
             self._zm[:, rows] = out["zm"]

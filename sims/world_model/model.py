@@ -18,6 +18,7 @@ image decoder maps the same latent back to pixels.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -29,6 +30,7 @@ HEAD_INPUTS = ("latent_action", "latent", "state")  # what the heads score: (z',
 STATE_LOSSES = ("state", "delta")  # the unit of the state error: the state's std, or a step's change
 LATENT_SPACES = ("learned", "state")  # a learned latent, or the normalised privileged vector itself
 DELTA_WEIGHT_CAP = 10.0  # state_loss "delta": a dimension's error counts at most 10x its state-unit error
+NOISE_FACTOR_RANGE = 10.0  # the noise head scales residual_std by a factor in [1/10, 10]
 
 
 @dataclass
@@ -88,6 +90,11 @@ class WorldModelConfig:
     # episodes' own states under their own actions): the env's model_noise adds it back as
     # Gaussian noise (PETS's aleatoric sampling); [] = not calibrated (written before it existed)
     residual_std: list[float] = field(default_factory=list)
+    # a learned, state-dependent noise (sims/world_model/noise.py): an MLP of (latent, action)
+    # scales residual_std per dimension, fit after training on the held-out episodes' one-step
+    # errors, so that model_noise is small where the dynamics are sure (a cube at rest) and
+    # large where they are not (contact); false: residual_std everywhere
+    noise_head: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -147,6 +154,10 @@ class WorldModel(nn.Module):
         # reward, success logit, done logit of the transition
         self.heads = (nn.ModuleList(_mlp(width, H, 3) for _ in range(cfg.members)) if cfg.member_heads
                       else _mlp(width, H, 3))
+        if cfg.noise_head:  # built last, so that a seed gives the other modules the same weights
+            self.noise_net = _mlp(Z + A, H, Z)
+            nn.init.zeros_(self.noise_net[-1].weight)  # it starts at factor 1: residual_std everywhere
+            nn.init.zeros_(self.noise_net[-1].bias)
         self.register_buffer("mean", torch.zeros(P))
         self.register_buffer("std", torch.ones(P))
         if cfg.state_loss == "delta":  # per-dimension weights of the squared normalised error, mean 1
@@ -216,6 +227,16 @@ class WorldModel(nn.Module):
         else:
             out = self.heads(h)
         return out[..., 0], out[..., 1], out[..., 2]
+
+    def noise_std(self, z: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        """The std of one step's error from latents z [N, Z] under actions a [N, A] -> [N, Z]:
+        residual_std, scaled by the noise head's factor where the model has one."""
+        base = torch.tensor(self.cfg.residual_std, dtype=z.dtype)
+        if not self.cfg.noise_head:
+            return base.expand_as(z)
+        log_range = math.log(NOISE_FACTOR_RANGE)
+        out = self.noise_net(torch.cat([z, a], dim=-1))
+        return base * torch.exp(log_range * torch.tanh(out / log_range))
 
     def disagreement(self, z_members: torch.Tensor) -> torch.Tensor:
         """[M, N, Z] -> [N]: the members' std of the decoded (normalised) vectors, mean over dims."""

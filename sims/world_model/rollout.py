@@ -43,12 +43,15 @@ def decode_frames(model: WorldModel, z: torch.Tensor, context: torch.Tensor, bat
 AGGREGATES = ("mean", "min")
 
 
-def _perturbed(model: WorldModel, zm: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
-    """Member latents [M, N, Z] plus noise [N, Z] (the same for every member, so that their
-    spread, the disagreement, is unchanged), derived fields recomputed for a consistent model."""
+def _perturbed(model: WorldModel, zm: torch.Tensor, noise: torch.Tensor | None, z: torch.Tensor,
+               a: torch.Tensor) -> torch.Tensor:
+    """Member latents [M, N, Z] stepped from latents z [N, Z] under actions a [N, A], plus noise
+    [N, Z] (standard normal times model_noise) times model.noise_std(z, a): the same for every
+    member, so that their spread, the disagreement, is unchanged. Derived fields are recomputed
+    for a consistent model."""
     if noise is None:
         return zm
-    zm = zm + noise
+    zm = zm + noise * model.noise_std(z, a)
     return model.make_consistent(zm) if model.cfg.consistent else zm
 
 
@@ -59,8 +62,9 @@ def mean_step(model: WorldModel, z: torch.Tensor, a: torch.Tensor, success_aggre
     vector "x", "reward", "success_p", "done_p" (probabilities), "disagreement" and
     "head_disagreement", each [N]. success_aggregate: how member heads' success probabilities
     combine (AGGREGATES; a model with one set of heads has nothing to combine). noise [N, Z]:
-    added to the next latent before the heads score it (the env's model_noise)."""
-    zm = _perturbed(model, model.step_members(z, a), noise)
+    standard normal times the env's model_noise; times model.noise_std(z, a), it is added to
+    the next latent before the heads score it."""
+    zm = _perturbed(model, model.step_members(z, a), noise, z, a)
     z_next = zm.mean(dim=0)
     if model.cfg.member_heads:
         r, s, d = model.head(zm, a)  # [M, N]: member i's heads on member i's next latent
@@ -84,8 +88,9 @@ def member_step(model: WorldModel, zm: torch.Tensor, a: torch.Tensor, follow: to
     """One step of per-member latents zm [M, N, Z] under actions a [N, A]; row n serves member
     follow[n] (long [N]). Returns mean_step's keys for the served latent, plus "zm" [M, N, Z].
     With member heads the served member's own heads score its latent. noise [N, Z]: as in
-    mean_step, added to every member's next latent."""
-    zm = _perturbed(model, model.step_members(zm, a), noise)
+    mean_step (its std from the served latent), added to every member's next latent."""
+    served = zm[follow, torch.arange(zm.shape[1])]
+    zm = _perturbed(model, model.step_members(zm, a), noise, served, a)
     rows = torch.arange(zm.shape[1])
     z = zm[follow, rows]
     if model.cfg.member_heads:

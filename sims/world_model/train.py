@@ -33,6 +33,7 @@ from sims.vecenv import EnvError
 from sims.world_model.data import Episode, frames, load_episodes, split, windows
 from sims.world_model.model import (DELTA_WEIGHT_CAP, HEAD_INPUTS, LATENT_SPACES, STATE_LOSSES, WorldModel,
                                     WorldModelConfig)
+from sims.world_model.noise import fit_noise_head, residual_std
 from sims.world_model.rollout import mean_step
 from sims.world_model.vision import to_unit
 
@@ -73,7 +74,7 @@ def _check(cfg: WorldModelConfig) -> None:
                        "with cameras allowed: learned")
     if cfg.head_input not in HEAD_INPUTS:
         raise EnvError(f"world_model.head_input: {cfg.head_input!r} is not built; allowed: {', '.join(HEAD_INPUTS)}")
-    for name in ("member_heads", "heads_only"):
+    for name in ("member_heads", "heads_only", "noise_head"):
         if not isinstance(getattr(cfg, name), bool):
             raise EnvError(f"world_model.{name}: expected true or false, got {getattr(cfg, name)!r}")
     if cfg.heads_only and not cfg.init_from:
@@ -156,7 +157,9 @@ def _continue_from(model: WorldModel, cfg: WorldModelConfig) -> None:
     if bad:
         raise EnvError(f"world_model.init_from: {cfg.init_from} has {bad[0]}={getattr(prev.cfg, bad[0])!r}, "
                        f"this config {getattr(cfg, bad[0])!r}; continue only a model of the same shape")
-    state = prev.state_dict()
+    # the noise head is fit afresh after training (sims/world_model/noise.py)
+    state = {k: v for k, v in prev.state_dict().items() if not k.startswith("noise_net.")}
+    state.update({k: v for k, v in model.state_dict().items() if k.startswith("noise_net.")})
     if cfg.heads_only:
         state = {k: v for k, v in state.items() if not k.startswith("heads.")}
         state.update({k: v for k, v in model.state_dict().items() if k.startswith("heads.")})
@@ -197,19 +200,6 @@ def member_disagreement_threshold(model: WorldModel, episodes: list[Episode], ma
             zm = model.step_members(zm, ep.a[j:j + 1])
             dis.append(model.disagreement(zm))
     return float(margin * torch.quantile(torch.cat(dis), 0.99))
-
-
-@torch.no_grad()
-def residual_std(model: WorldModel, episodes: list[Episode]) -> list[float]:
-    """Per latent dimension, the std over the episodes' steps of mean_step(encode(x_t), a_t)'s
-    latent minus encode(x_t+1): one step's error from the data's own states (teacher forced)."""
-    res = []
-    for ep in episodes:
-        img = None if ep.img is None else ep.img[:-1]
-        z = model.encode(model.normalize(ep.x[:-1]), img)
-        nxt = model.encode(model.normalize(ep.x[1:]), None if ep.img is None else ep.img[1:])
-        res.append(mean_step(model, z, ep.a[:-1])["z"] - nxt)
-    return torch.cat(res).std(dim=0).tolist()
 
 
 def resets_of(episodes: list[Episode], keyframe_every: int) -> dict[str, Any]:
@@ -295,12 +285,13 @@ def train_world_model(cfg: WorldModelConfig, log=print) -> tuple[WorldModel, dic
         member_disagreement_threshold=member_disagreement_threshold(model, held, cfg.uncertainty_margin,
                                                                     cfg.max_episode_steps),
         residual_std=residual_std(model, held))
+    noise = fit_noise_head(model, held, cfg.seed, log=log) if cfg.noise_head else None
     summary = {"epochs": len(history), "best_heldout_error": best, "history": history,
                "heldout_metric": "heads_loss" if cfg.heads_only else f"{cfg.horizon_k}_step_error",
                "train_episodes": len(train), "heldout_episodes": len(held),
                "seconds": time.monotonic() - start, "disagreement_threshold": cfg.disagreement_threshold,
                "member_disagreement_threshold": cfg.member_disagreement_threshold,
-               "stopped_early": len(history) < cfg.epochs}
+               "stopped_early": len(history) < cfg.epochs, "noise_head": noise}
     return model, resets_of(train, cfg.keyframe_every), summary
 
 
