@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from bench_world_model import load_policy, success_in_sim
+from wm_episodes import load_policy, success_in_sim
 from scipy.stats import spearmanr
 
 OTHER_SEED_BASE = 2_000_000

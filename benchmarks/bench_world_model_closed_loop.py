@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from bench_world_model import load_policy, sim_starts
+from wm_episodes import load_policy, sim_starts
 
 MOVED, STILL = 0.002, 0.0005  # m: the cube moved in a step / stayed
 

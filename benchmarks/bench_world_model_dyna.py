@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from bench_world_model import load_policy, sim_starts, success_in_sim, success_in_wm
+from wm_episodes import load_policy, sim_starts, success_in_sim, success_in_wm
 
 
 def save_as_checkpoint(policy, start: Path, out: Path) -> Path:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from bench_world_model import success_in_sim, success_in_wm
+from wm_episodes import success_in_sim, success_in_wm
 
 
 def main() -> None:

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import torch
-from bench_world_model import success_in_sim, success_in_wm
+from wm_episodes import success_in_sim, success_in_wm
 
 
 def sim_starts_rgb(task: str, seeds: list[int], obs_kw: dict) -> tuple[torch.Tensor, list[str], dict]:
