@@ -43,7 +43,7 @@ def decode_frames(model: WorldModel, z: torch.Tensor, context: torch.Tensor, bat
 AGGREGATES = ("mean", "min")
 
 
-def _perturbed(model: WorldModel, zm: torch.Tensor, noise: torch.Tensor | None, z: torch.Tensor,
+def _perturbed(model: WorldModel, zm: torch.Tensor, noise: torch.Tensor | None, z: torch.Tensor | None,
                a: torch.Tensor) -> torch.Tensor:
     """Member latents [M, N, Z] stepped from latents z [N, Z] under actions a [N, A], plus noise
     [N, Z] (standard normal times model_noise) times model.noise_std(z, a): the same for every
@@ -89,7 +89,7 @@ def member_step(model: WorldModel, zm: torch.Tensor, a: torch.Tensor, follow: to
     follow[n] (long [N]). Returns mean_step's keys for the served latent, plus "zm" [M, N, Z].
     With member heads the served member's own heads score its latent. noise [N, Z]: as in
     mean_step (its std from the served latent), added to every member's next latent."""
-    served = zm[follow, torch.arange(zm.shape[1])]
+    served = zm[follow, torch.arange(zm.shape[1])] if noise is not None else None  # noise_std's input
     zm = _perturbed(model, model.step_members(zm, a), noise, served, a)
     rows = torch.arange(zm.shape[1])
     z = zm[follow, rows]
