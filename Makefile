@@ -44,10 +44,10 @@ $(MS_STAMP): $(STAMP) $(MPLIB_REQS)
 demo: setup
 	$(VENV)/bin/embodied pipeline demo
 
-test: setup maniskill libero
+test: setup maniskill libero metaworld
 	$(PY) -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder --durations=15 tests
 
-test-fast: setup maniskill libero
+test-fast: setup maniskill libero metaworld
 	$(PY) -m pytest -q -m "not slow" tests
 
 bench: setup
@@ -136,5 +136,26 @@ $(LIBERO_STAMP): $(LIBERO_REQS)
 	$(LIBERO_VENV)/bin/python -c "from libero.libero import benchmark; print('libero:', len(benchmark.get_benchmark_dict()), 'suites')"
 	touch $(LIBERO_STAMP)
 
+# MetaWorld (sims/metaworld, docs/metaworld.md): its own venv, .venv-metaworld, because metaworld
+# 3.1.1 pins mujoco 3.3.0; pinned by sims/metaworld/requirements.txt (about 150 MB, a minute).
+# pip is constrained to torch==2.13.0 (nothing in it needs torch) and the venv is checked for
+# torch afterwards. `make test` builds it once; the MetaWorld tests skip without it.
+METAWORLD_VENV  := .venv-metaworld
+METAWORLD_REQS  := sims/metaworld/requirements.txt
+METAWORLD_STAMP := $(METAWORLD_VENV)/.installed
+
+.PHONY: metaworld
+metaworld: $(METAWORLD_STAMP)
+
+$(METAWORLD_STAMP): $(METAWORLD_REQS)
+	rm -rf $(METAWORLD_VENV)
+	$(PYTHON) -m venv $(METAWORLD_VENV)
+	grep -E '^torch==' constraints.txt > $(METAWORLD_VENV)/torch-constraint.txt
+	env PIP_CONSTRAINT=$(CURDIR)/$(METAWORLD_VENV)/torch-constraint.txt \
+		$(METAWORLD_VENV)/bin/python -m pip install -q -r $(METAWORLD_REQS)
+	! $(METAWORLD_VENV)/bin/python -c "import torch" 2>/dev/null || { echo "metaworld: torch came into $(METAWORLD_VENV)"; exit 1; }
+	$(METAWORLD_VENV)/bin/python -c "import metaworld; print('metaworld:', len(metaworld.env_dict.ALL_V3_ENVIRONMENTS), 'tasks')"
+	touch $(METAWORLD_STAMP)
+
 clean:
-	rm -rf $(VENV) $(MPLIB_VENV) $(LIBERO_VENV) runs .cache/lavapipe
+	rm -rf $(VENV) $(MPLIB_VENV) $(LIBERO_VENV) $(METAWORLD_VENV) runs .cache/lavapipe

@@ -49,7 +49,9 @@ def make_env(task: str, num_envs: int, **kwargs: Any) -> VecEnv:
     ("ms:PickCube-v1") are ManiSkill3 tasks (sims/maniskill, the `maniskill` extra); kwargs go to ManiSkillVecEnv
     (randomization and reality: the knobs of sims/maniskill/randomization.py).
     Names starting with "libero:" ("libero:libero_spatial/0", "libero:libero_spatial") are LIBERO
-    tasks (sims/libero, `make libero`); kwargs go to LiberoVecEnv. "wm:PATH" is a world model
+    tasks (sims/libero, `make libero`); kwargs go to LiberoVecEnv. "metaworld:MT10",
+    "metaworld:MT50" and "metaworld:<task>" ("metaworld:pick-place-v3") are MetaWorld tasks
+    (sims/metaworld, `make metaworld`); kwargs go to MetaWorldVecEnv. "wm:PATH" is a world model
     trained by `embodied world-model train` (sims/world_model); of the kwargs it takes obs_mode
     ("rgb" for a model trained with cameras), cameras, image_size, reward_mode (dense, sparse or
     task), max_episode_steps, seed, keyframes, rollout (mean or members), model_noise and
@@ -70,6 +72,15 @@ def make_env(task: str, num_envs: int, **kwargs: Any) -> VecEnv:
                 raise EnvError(f"env.{key}: domain randomisation is implemented for the MuJoCo tasks "
                                f"only; allowed for LIBERO tasks: null (docs/sim2real.md)")
         return LiberoVecEnv(task, num_envs, **{k: v for k, v in kwargs.items() if v is not None})
+    if task.startswith("metaworld:"):  # MetaWorld in its own venv (sims/metaworld, `make metaworld`)
+        from sims.metaworld.env import MetaWorldVecEnv
+        from sims.vecenv import EnvError
+
+        for key in ("randomization", "reality"):
+            if kwargs.pop(key, None) is not None:
+                raise EnvError(f"env.{key}: domain randomisation is implemented for the MuJoCo tasks "
+                               f"only; allowed for MetaWorld tasks: null (docs/sim2real.md)")
+        return MetaWorldVecEnv(task, num_envs, **{k: v for k, v in kwargs.items() if v is not None})
     if task.startswith("wm:"):  # a learned world model (sims/world_model, docs/world_model.md)
         from sims.world_model.env import WorldModelVecEnv
         from sims.vecenv import EnvError
@@ -96,7 +107,13 @@ def expert_for(task: str) -> Callable[[np.ndarray], np.ndarray]:
     tasks, 7 for ManiSkill tasks in pd_ee_delta_pose: scripted). "ms:<EnvId>@pd_joint_delta_pos"
     gives the mplib motion-planning expert (A = 8; sims/maniskill/mplib_expert.py), which also
     has reset(env_ids, privileged) for new episodes and close(). "libero:libero_spatial[/TASK]"
-    gives the scripted pick-and-place expert of sims/libero/expert.py (A = 7)."""
+    gives the scripted pick-and-place expert of sims/libero/expert.py (A = 7). "metaworld:..."
+    gives MetaWorld's scripted policies, run in the side venv (sims/metaworld/expert.py, A = 4;
+    it has close())."""
+    if task.startswith("metaworld:"):
+        from sims.metaworld.expert import expert_for as mw_expert_for
+
+        return mw_expert_for(task)
     if task.startswith("libero:"):
         from sims.libero.expert import expert_for as libero_expert_for
 

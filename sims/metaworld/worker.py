@@ -1,0 +1,254 @@
+"""One MetaWorld worker: several MetaWorld envs in the side venv .venv-metaworld (`make metaworld`).
+
+Run by sims/metaworld/proc.py as `.venv-metaworld/bin/python sims/metaworld/worker.py --tasks
+pick-place-v3,reach-v3 ...`; it imports only the standard library, numpy, mujoco, MetaWorld and
+sims/frames.py. Requests and replies are length-prefixed JSON frames (sims/frames.py) on stdin and
+stdout; the first frame it writes is a hello. Observations go to a shared-memory block:
+
+  obs     float64 [E, 39]            MetaWorld's observation of each of its E envs (goal visible)
+  images  uint8   [E, C, H, W, 3]    the --cameras in order (written when a request asks to render)
+
+Requests (env indices j are this worker's own, 0..E-1):
+  {"op": "reset", "envs": [[j, seed], ...], "render": bool}
+      seed s: the env's np_random is seeded with s, then MetaWorld's reset draws the layout
+      (object and goal positions) from it: equal seeds give equal episodes.
+  {"op": "step", "actions": {j: [[4] x K]}, "limits": {j: n}, "render": bool}
+      -> {"ok": true, "res": {j: {"n": executed, "success": [n bools], "reward": [n floats]}}}
+      stops after a success or after `limits[j]` steps; reward is MetaWorld's (0-10) over 10
+  {"op": "get_state"} -> {"ok": true, "envs": [state of env j, ...]}
+  {"op": "set_state", "envs": [...], "render": bool}
+      a state: MuJoCo's integration state (mj_getState: time, qpos, qvel, act, warm start,
+      controls, mocap, ...), the model's body and site positions (resets move the objects'
+      fixtures and the goal sites there), the env's plain Python attributes (arrays and numbers: the step
+      counter, the previous frame of the stacked observation, the goal, the reward's reference
+      points, ...) and the last observation.
+  {"op": "quit"}
+With --expert it holds no envs and answers only
+  {"op": "act", "tasks": [B names], "obs": [[39] x B]} -> {"ok": true, "actions": [[4] x B]}
+with MetaWorld's scripted policy of each row's task.
+Every reply has "ok"; a failed request gets {"ok": false, "reason": "..."} and the worker goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from multiprocessing import shared_memory
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # for sims/frames.py (standard library only)
+from sims.frames import read_frame, write_frame  # noqa: E402
+
+OBS_DIM = 39
+
+
+def _plain(v) -> dict | None:
+    """A JSON form of a plain attribute value (numeric array, number, bool, str, None), else None."""
+    if isinstance(v, np.ndarray) and v.dtype.kind in "fiub":
+        return {"nd": v.tolist(), "dtype": v.dtype.str, "shape": list(v.shape)}
+    if isinstance(v, np.generic) and v.dtype.kind in "fiub":
+        return {"np": v.item(), "dtype": v.dtype.str}
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return {"py": v}
+    return None
+
+
+def _unplain(d: dict):
+    if "nd" in d:
+        return np.array(d["nd"], dtype=np.dtype(d["dtype"])).reshape(d["shape"])
+    if "np" in d:
+        return np.dtype(d["dtype"]).type(d["np"])
+    return d["py"]
+
+
+class Worker:
+    def __init__(self, tasks: list[str], height: int, width: int, cameras: list[str]):
+        import mujoco
+        from metaworld.env_dict import ALL_V3_ENVIRONMENTS
+
+        self.mj = mujoco
+        self.envs, self.renderers, self.flip = [], [], []
+        for name in tasks:
+            if name not in ALL_V3_ENVIRONMENTS:
+                raise ValueError(f"unknown MetaWorld task {name!r}")
+            env = ALL_V3_ENVIRONMENTS[name]()
+            # goal observable, layouts drawn from the env's own seeded generator (module doc)
+            env._partially_observable = False
+            env._freeze_rand_vec = False
+            env.seeded_rand_vec = True
+            del env.sawyer_observation_space  # recomputed with the goal's bounds
+            env._set_task_called = True
+            env.seed(0)
+            env.reset()
+            names = [env.model.camera(i).name for i in range(env.model.ncam)]
+            bad = [c for c in cameras if c not in names]
+            if bad:
+                raise ValueError(f"unknown camera {bad[0]!r}; MetaWorld has: {', '.join(names)}")
+            self.envs.append(env)
+            if cameras:
+                env.model.vis.quality.offsamples = 0  # no multisampling: 10x cheaper at 64 px
+                r = mujoco.Renderer(env.model, height, width)
+                r.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
+                r.scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
+                self.renderers.append(r)
+                # MetaWorld's corner cameras have their up axis pointing down: rotate their frames
+                self.flip.append([bool(env.data.cam_xmat[env.model.camera(c).id].reshape(3, 3)[2, 1] < 0)
+                                  for c in cameras])
+        self.cameras, self.h, self.w = list(cameras), height, width
+        E, C = len(tasks), len(cameras)
+        self.shm = shared_memory.SharedMemory(create=True, size=max(E * OBS_DIM * 8 + E * C * height * width * 3, 1))
+        self.obs = np.ndarray((E, OBS_DIM), np.float64, buffer=self.shm.buf, offset=0)
+        self.images = np.ndarray((E, C, height, width, 3), np.uint8, buffer=self.shm.buf, offset=E * OBS_DIM * 8)
+        env = self.envs[0]
+        self.info = {"ok": True, "shm": self.shm.name, "tasks": tasks, "cameras": self.cameras,
+                     "control_hz": 1.0 / (env.model.opt.timestep * env.frame_skip),
+                     "max_path_length": int(env.max_path_length)}
+
+    def _render(self, j: int) -> None:
+        r, env = self.renderers[j], self.envs[j]
+        for c, cam in enumerate(self.cameras):
+            r.update_scene(env.data, camera=cam)
+            img = r.render()
+            self.images[j, c] = img[::-1, ::-1] if self.flip[j][c] else img
+
+    def reset(self, req: dict) -> dict:
+        for j, seed in req["envs"]:
+            env = self.envs[j]
+            env.seed(int(seed))
+            obs, _ = env.reset()
+            self.obs[j] = obs
+            if req.get("render") and self.cameras:
+                self._render(j)
+        return {"ok": True}
+
+    def step(self, req: dict) -> dict:
+        res = {}
+        for key, acts in req["actions"].items():
+            j, env = int(key), self.envs[int(key)]
+            limit = int(req["limits"][key])
+            success, reward = [], []
+            for a in np.asarray(acts, np.float64).reshape(-1, 4)[: max(limit, 0)]:
+                obs, r, _, _, info = env.step(np.clip(a, -1.0, 1.0))
+                self.obs[j] = obs
+                success.append(bool(info["success"]))
+                reward.append(float(r) / 10.0)
+                if success[-1]:
+                    break
+            if req.get("render") and self.cameras:
+                self._render(j)
+            res[key] = {"n": len(success), "success": success, "reward": reward}
+        return {"ok": True, "res": res}
+
+    def get_state(self, req: dict) -> dict:
+        out = []
+        for j, env in enumerate(self.envs):
+            sig = self.mj.mjtState.mjSTATE_INTEGRATION
+            mjs = np.empty(self.mj.mj_stateSize(env.model, sig))
+            self.mj.mj_getState(env.model, env.data, mjs, sig)
+            attrs = {k: p for k, v in vars(env).items() if (p := _plain(v)) is not None}
+            out.append({"mj": mjs.tolist(), "attrs": attrs, "obs": self.obs[j].tolist(),
+                        "body_pos": env.model.body_pos.tolist(), "site_pos": env.model.site_pos.tolist()})
+        return {"ok": True, "envs": out}
+
+    def set_state(self, req: dict) -> dict:
+        for j, st in enumerate(req["envs"]):
+            env = self.envs[j]
+            env.model.body_pos[:] = st["body_pos"]  # resets move bodies and goal sites in the model
+            env.model.site_pos[:] = st["site_pos"]
+            mjs, sig = np.asarray(st["mj"], np.float64), self.mj.mjtState.mjSTATE_INTEGRATION
+            self.mj.mj_setState(env.model, env.data, mjs, sig)
+            self.mj.mj_forward(env.model, env.data)  # positions for rendering; it rewrites the warm start,
+            self.mj.mj_setState(env.model, env.data, mjs, sig)  # so the state is set once more
+            for k, v in st["attrs"].items():
+                setattr(env, k, _unplain(v))
+            self.obs[j] = st["obs"]
+            if req.get("render") and self.cameras:
+                self._render(j)
+        return {"ok": True}
+
+    def close(self) -> None:
+        for r in self.renderers:
+            r.close()
+        for env in self.envs:
+            env.close()
+        self.shm.close()
+        self.shm.unlink()
+
+
+class Expert:
+    """MetaWorld's scripted policies (metaworld.policies), one per task name."""
+
+    def __init__(self):
+        import metaworld.policies as mp
+
+        self.classes = {n: getattr(mp, n) for n in dir(mp) if n.startswith("Sawyer") and n.endswith("V3Policy")}
+        self.policies: dict = {}
+        self.info = {"ok": True, "expert": True}
+
+    def policy(self, task: str):
+        if task not in self.policies:
+            # "pick-place-v3" -> SawyerPickPlaceV3Policy (peg-insert-side's is PegInsertionSide)
+            stem = "".join(p.capitalize() for p in task.removesuffix("-v3").split("-"))
+            stem = {"PegInsertSide": "PegInsertionSide"}.get(stem, stem)
+            cls = self.classes.get(f"Sawyer{stem}V3Policy")
+            if cls is None:
+                raise ValueError(f"no scripted policy for {task!r}")
+            self.policies[task] = cls()
+        return self.policies[task]
+
+    def act(self, req: dict) -> dict:
+        obs = np.asarray(req["obs"], np.float64)
+        acts = [np.clip(self.policy(t).get_action(o), -1.0, 1.0).tolist() for t, o in zip(req["tasks"], obs)]
+        return {"ok": True, "actions": acts}
+
+    def close(self) -> None:
+        pass
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--tasks", default="")
+    p.add_argument("--height", type=int, default=64)
+    p.add_argument("--width", type=int, default=64)
+    p.add_argument("--cameras", default="", help="comma-separated camera names; empty: state only")
+    p.add_argument("--expert", action="store_true")
+    args = p.parse_args()
+    out = os.fdopen(os.dup(1), "wb")  # frames only
+    os.dup2(2, 1)  # anything the libraries print goes to stderr
+    sys.stdout = sys.stderr
+    inp = sys.stdin.buffer
+    try:
+        if args.expert:
+            worker = Expert()
+            ops = {"act": worker.act}
+        else:
+            worker = Worker([t for t in args.tasks.split(",") if t], args.height, args.width,
+                            [c for c in args.cameras.split(",") if c])
+            ops = {"reset": worker.reset, "step": worker.step, "get_state": worker.get_state,
+                   "set_state": worker.set_state}
+    except Exception as e:  # noqa: BLE001 - reported to the parent in one line
+        traceback.print_exc()
+        write_frame(out, {"ok": False, "reason": f"{type(e).__name__}: {e}"})
+        return
+    try:
+        write_frame(out, worker.info)
+        while (req := read_frame(inp)) is not None and req.get("op") != "quit":
+            op = ops.get(req.get("op"))
+            if op is None:
+                write_frame(out, {"ok": False, "reason": f"unknown op {req.get('op')!r}; allowed: {', '.join(ops)}"})
+                continue
+            try:
+                write_frame(out, op(req))
+            except Exception as e:  # noqa: BLE001
+                traceback.print_exc()
+                write_frame(out, {"ok": False, "reason": f"{req.get('op')}: {type(e).__name__}: {e}"})
+    finally:
+        worker.close()
+
+
+if __name__ == "__main__":
+    main()
