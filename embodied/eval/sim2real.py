@@ -230,6 +230,13 @@ def sim2real(checkpoints: list[str], task: str, out: str | Path, trials: int = 1
         from embodied.eval.libero_protocol import run_checkpoints
 
         return run_checkpoints(checkpoints, task, out, inits=trials, num_envs=num_envs, log=log)
+    if task.startswith("metaworld:"):  # the VLA papers' protocol: every task, fixed seeds, mean over tasks
+        if sweep_file or twin or robot_file:
+            raise Sim2RealError(f"--sweep, --twin, --robot: {task} has no randomisation knobs and no twin; "
+                                f"allowed: none of them (docs/metaworld.md)")
+        from embodied.eval.metaworld_protocol import run_checkpoints as mw_run_checkpoints
+
+        return mw_run_checkpoints(checkpoints, task, out, episodes=trials, num_envs=min(num_envs, 10), log=log)
     if twin and task.startswith("ms:"):
         raise Sim2RealError(f"--twin: the twin (embodied robot-sim) runs the MuJoCo tasks; {task} has none; "
                             f"allowed: --robot FILE, or no robot")

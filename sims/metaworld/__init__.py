@@ -6,6 +6,6 @@ mujoco 3.3.0), with observations in shared memory. Importing this package import
 MetaWorld nor torch.
 """
 
-from sims.metaworld.tasks import BENCHMARKS, INSTRUCTIONS, MT10, MT50, parse_name, suite_names
+from sims.metaworld.tasks import BENCHMARKS, INSTRUCTIONS, MT10, MT50, parse_name, suite_names, tasks_of
 
-__all__ = ["BENCHMARKS", "INSTRUCTIONS", "MT10", "MT50", "parse_name", "suite_names"]
+__all__ = ["BENCHMARKS", "INSTRUCTIONS", "MT10", "MT50", "parse_name", "suite_names", "tasks_of"]

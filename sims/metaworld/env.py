@@ -7,7 +7,8 @@ Observations (B envs):
   "privileged":  float32 [B, 39 + N]     MetaWorld's observation with the goal visible (hand,
                                          gripper, objects, the previous frame of them, goal),
                                          then a one-hot of the env's task among the N tasks of
-                                         the benchmark (N = 10 for MT10, 50 for MT50, 0 for one task)
+                                         the benchmark (N = 10 for MT10 and MT10/<task>, 50 for
+                                         MT50 and MT50/<task>, 0 for metaworld:<task>)
   "rgb_<cam>":   uint8 [B, H, W, 3]      with obs_mode="rgb": mujoco's own Renderer, one per env,
                                          no multisampling, shadows or reflections; upright
   "instruction": list[str] (B)           the env's task phrase (sims/metaworld/tasks.py)
@@ -50,8 +51,8 @@ def _size(value: Any) -> tuple[int, int]:
 
 
 class MetaWorldVecEnv(VecEnv):
-    """B MetaWorld envs. task: "metaworld:MT10", "metaworld:MT50" (env i runs task i mod N) or
-    "metaworld:<task>"; obs_mode "state" | "rgb"; reward_mode "sparse" | "dense" (module doc);
+    """B MetaWorld envs. task: "metaworld:MT10", "metaworld:MT50" (env i runs task i mod N),
+    "metaworld:MT10/<task>" (one task, the benchmark's one-hot) or "metaworld:<task>"; obs_mode "state" | "rgb"; reward_mode "sparse" | "dense" (module doc);
     cameras: MetaWorld's camera names (corner, corner2, corner3, corner4, topview, behindGripper,
     gripperPOV); image_size (H, W); seed: the stream of unseeded resets; num_workers: processes
     (default min(B, 2)); start_timeout: seconds for the workers to build their envs. num_threads
@@ -63,7 +64,7 @@ class MetaWorldVecEnv(VecEnv):
                  start_timeout: float = 300.0, device: str | torch.device | None = None,
                  num_threads: int | None = None):
         self.workers: list[WorkerProc] = []
-        bench, tasks = parse_name(task)
+        suite, tasks = parse_name(task)
         for field, value, allowed in (("obs_mode", obs_mode, OBS_MODES), ("reward_mode", reward_mode, REWARD_MODES)):
             if value not in allowed:
                 raise EnvError(f"{field}: unknown value {value!r}; allowed: {', '.join(allowed)}")
@@ -83,7 +84,7 @@ class MetaWorldVecEnv(VecEnv):
         self.image_size, self.cameras, self.reward_mode = _size(image_size), cams, reward_mode
         self.device = torch.device(device) if device else torch.device("cpu")
         self.task_names = [tasks[i % len(tasks)] for i in range(B)]
-        self.suite_tasks = tasks if bench else ()
+        self.suite_tasks = suite
         self.blocks = [b.tolist() for b in np.array_split(np.arange(B), W)]  # worker k -> its envs
         self.where = {i: (k, j) for k, blk in enumerate(self.blocks) for j, i in enumerate(blk)}
         (h, w) = self.image_size

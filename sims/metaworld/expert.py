@@ -2,7 +2,7 @@
 
 expert_for("metaworld:MT10") returns a ScriptedExpert: privileged obs float [B, 39 + N] ->
 actions float32 [B, 4]. Each row's task is its one-hot (columns 39..39+N) for a benchmark, the
-task itself for a one-task name. The policies live in the side venv, so the expert runs them in a
+task itself for a one-task name ("metaworld:MT10/push-v3", "metaworld:push-v3"). The policies live in the side venv, so the expert runs them in a
 worker process of its own (sims/metaworld/worker.py --expert), started at the first call; they
 are functions of the current observation (no memory), so `reset` has nothing to clear.
 """
@@ -18,18 +18,18 @@ from sims.vecenv import EnvError
 
 class ScriptedExpert:
     def __init__(self, task: str):
-        bench, self.tasks = parse_name(task)
-        self.onehot = bench is not None
+        self.suite, self.tasks = parse_name(task)
         self.proc: WorkerProc | None = None
 
     def row_tasks(self, priv: np.ndarray) -> list[str]:
         """The task of each row of privileged obs [B, P]."""
-        if not self.onehot:
+        want = OBS_DIM + len(self.suite)
+        if priv.ndim != 2 or priv.shape[1] != want:
+            raise EnvError(f"privileged: expected [B, {want}] (MetaWorld's 39 columns and a one-hot of "
+                           f"{len(self.suite)} tasks), got {list(priv.shape)}")
+        if len(self.tasks) == 1:
             return [self.tasks[0]] * len(priv)
-        if priv.shape[1] != OBS_DIM + len(self.tasks):
-            raise EnvError(f"privileged: expected {OBS_DIM + len(self.tasks)} columns (MetaWorld's 39 and a "
-                           f"one-hot of {len(self.tasks)} tasks), got {priv.shape[1]}")
-        return [self.tasks[k] for k in np.argmax(priv[:, OBS_DIM:], axis=1)]
+        return [self.suite[k] for k in np.argmax(priv[:, OBS_DIM:], axis=1)]
 
     def __call__(self, privileged: np.ndarray) -> np.ndarray:
         priv = np.asarray(privileged, np.float64)

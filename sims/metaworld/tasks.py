@@ -1,7 +1,8 @@
 """MetaWorld task names and their instructions; imports neither MetaWorld nor torch.
 
 Names: "metaworld:MT10" and "metaworld:MT50" (env i runs task i mod n of the benchmark's list),
-"metaworld:<task>" for one task ("metaworld:pick-place-v3"). The lists are MetaWorld 3.1.1's
+"metaworld:MT10/<task>" (one task of a benchmark, with its observation layout), "metaworld:<task>"
+for one task alone ("metaworld:pick-place-v3"). The lists are MetaWorld 3.1.1's
 (metaworld.env_dict.MT10_V3 and ALL_V3_ENVIRONMENTS, in that order). The instructions are ours,
 one phrase per task, written from the task names (MetaWorld ships none).
 """
@@ -73,15 +74,32 @@ def suite_names() -> list[str]:
     return [f"metaworld:{b}" for b in BENCHMARKS]
 
 
-def parse_name(task: str) -> tuple[str | None, tuple[str, ...]]:
-    """"metaworld:MT10" -> ("MT10", its tasks); "metaworld:pick-place-v3" -> (None, (task,)).
-    One-line EnvError for anything else."""
+def parse_name(task: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A task name -> (the benchmark's tasks, which the privileged one-hot ranges over; the env's
+    tasks, env i running the i mod n-th). "metaworld:MT10" -> (MT10, MT10); "metaworld:MT10/push-v3"
+    -> (MT10, ("push-v3",)): one task with the benchmark's observation layout (the protocol runs
+    each task of a benchmark so); "metaworld:push-v3" -> ((), ("push-v3",)). One-line EnvError
+    for anything else."""
     from sims.vecenv import EnvError
 
     body = task.removeprefix("metaworld:")
-    if body in BENCHMARKS:
-        return body, BENCHMARKS[body]
+    bench, _, sub = body.partition("/")
+    if bench in BENCHMARKS:
+        if not sub:
+            return BENCHMARKS[bench], BENCHMARKS[bench]
+        if sub in BENCHMARKS[bench]:
+            return BENCHMARKS[bench], (sub,)
+        raise EnvError(f"task: {sub!r} is not a task of {bench} in {task!r}; allowed: {', '.join(BENCHMARKS[bench])}")
     if body in INSTRUCTIONS:
-        return None, (body,)
-    raise EnvError(f"task: unknown MetaWorld task {body!r} in {task!r}; allowed: metaworld:MT10, metaworld:MT50 "
-                   f"or metaworld:<one of the 50 v3 tasks, e.g. pick-place-v3> (docs/metaworld.md)")
+        return (), (body,)
+    raise EnvError(f"task: unknown MetaWorld task {body!r} in {task!r}; allowed: metaworld:MT10, metaworld:MT50, "
+                   f"metaworld:MT10/<task>, metaworld:<one of the 50 v3 tasks, e.g. pick-place-v3> (docs/metaworld.md)")
+
+
+def tasks_of(task: str) -> list[str]:
+    """"metaworld:MT10" -> ["metaworld:MT10/reach-v3", ...] (each with the benchmark's layout);
+    a one-task name -> [it]."""
+    suite, tasks = parse_name(task)
+    if suite and len(tasks) > 1:
+        return [f"{task}/{t}" for t in tasks]
+    return [task]
