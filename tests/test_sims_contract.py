@@ -1,6 +1,8 @@
-"""The VecEnv contract for every MuJoCo task and for ManiSkill3 tasks ("ms:..."): shapes,
-auto-reset, seeding, determinism, chunks; checkpoints and bad input for MuJoCo (ManiSkill's
-own bad-input and rgb tests are in test_maniskill.py)."""
+"""The VecEnv contract for every MuJoCo task, for ManiSkill3 tasks ("ms:...") and for MetaWorld
+("metaworld:..."): shapes, auto-reset, seeding, determinism, chunks; checkpoints and bad input for
+MuJoCo and MetaWorld (ManiSkill's own bad-input and rgb tests are in test_maniskill.py,
+MetaWorld's in test_metaworld.py). The MetaWorld cases skip, with the reason, without
+.venv-metaworld (`make metaworld`; `make test` builds it)."""
 
 from __future__ import annotations
 
@@ -10,18 +12,26 @@ import numpy as np
 import pytest
 import torch
 
+from sims.metaworld.proc import metaworld_python
 from sims.registry import expert_for, list_tasks, make_env
 from sims.vecenv import EnvError
 
 TASKS = list_tasks()
 # ManiSkill3 through the same tests (CPU: physx_cpu with Mesa lavapipe, set up by `make maniskill`).
 MS_TASKS = ["ms:PickCube-v1", "ms:PushCube-v1"]
+# MetaWorld in its side venv: MT10 (env i runs task i: a mixed batch), and one task of it (equal
+# seeds give equal states only within a task).
+_needs_mw = pytest.mark.skipif(not metaworld_python().exists(), reason=".venv-metaworld is absent (make metaworld)")
+MW = pytest.param("metaworld:MT10", marks=_needs_mw)
+MW_ONE = pytest.param("metaworld:MT10/push-v3", marks=_needs_mw)
 BOTH = TASKS + MS_TASKS
 
 
 def _make(task: str, n: int, **kw):
     if task.startswith("ms:"):
         kw.setdefault("num_threads", 1)  # all envs in the test process: quick to start
+    if task.startswith("metaworld:"):
+        kw.setdefault("num_workers", 1)  # one worker process (importing MetaWorld costs a second or more)
     return make_env(task, n, **kw)
 
 
@@ -43,7 +53,7 @@ def test_tasks_registered():
     assert set(TASKS) == {"Reach", "ReachPoint", "ReachColor", "PushCube", "PickCube", "PlaceCube"}
 
 
-@pytest.mark.parametrize("task", BOTH + ["ms:StackCube-v1", "ms:PullCube-v1", "ms:PegInsertionSide-v1"])
+@pytest.mark.parametrize("task", BOTH + ["ms:StackCube-v1", "ms:PullCube-v1", "ms:PegInsertionSide-v1", MW])
 def test_state_obs_shapes(task):
     env = _make(task, 4)
     obs, info = env.reset(seed=0)
@@ -95,7 +105,7 @@ def test_rgb_shows_per_env_colours():
     env.close()
 
 
-@pytest.mark.parametrize("task", BOTH)
+@pytest.mark.parametrize("task", BOTH + [MW])
 def test_truncation_and_auto_reset(task):
     env = _make(task, 4, max_episode_steps=3)
     obs, _ = env.reset(seed=0)
@@ -120,7 +130,7 @@ def test_truncation_and_auto_reset(task):
     assert env.step(hold).truncated.all()
 
 
-@pytest.mark.parametrize("task", BOTH)
+@pytest.mark.parametrize("task", BOTH + [MW])
 def test_success_terminates_and_final_obs(task):
     env = _make(task, 8)
     obs, _ = env.reset(seed=100)
@@ -150,7 +160,7 @@ def test_failure_terminates():
     assert r.final_obs["privileged"][1, 9].item() == pytest.approx(0.5, abs=0.01)
 
 
-@pytest.mark.parametrize("task", BOTH)
+@pytest.mark.parametrize("task", BOTH + [MW_ONE])
 def test_seeding(task):
     a = _make(task, 4)
     obs_a, _ = a.reset(seed=[7, 3, 7, 9])
@@ -166,7 +176,7 @@ def test_seeding(task):
     assert torch.equal(obs_c["privileged"][0], pa[0])  # untouched rows keep their state
 
 
-@pytest.mark.parametrize("task", BOTH)
+@pytest.mark.parametrize("task", BOTH + [MW])
 def test_determinism(task):
     envs = [_make(task, 6, max_episode_steps=4) for _ in range(2)]
     obs = [e.reset(seed=11)[0] for e in envs]
@@ -185,7 +195,7 @@ def test_thread_count_does_not_change_results():
     _assert_obs_equal(*obs)
 
 
-@pytest.mark.parametrize("task", ["PushCube", "PickCube", "ms:PushCube-v1"])
+@pytest.mark.parametrize("task", ["PushCube", "PickCube", "ms:PushCube-v1", MW])
 def test_chunk_step(task):
     env = _make(task, 3, max_episode_steps=3)
     A = env.spec.action_dim
@@ -204,7 +214,7 @@ def test_chunk_step(task):
     assert env.chunk_step(torch.zeros(3, 2, A)).valid.all()
 
 
-@pytest.mark.parametrize("task", ["Reach", "PlaceCube", "ms:PickCube-v1"])
+@pytest.mark.parametrize("task", ["Reach", "PlaceCube", "ms:PickCube-v1", MW])
 def test_chunk_equals_steps(task):
     envs = [_make(task, 4) for _ in range(2)]
     for e in envs:
@@ -229,15 +239,15 @@ def _through_storage(state: dict, tmp_path) -> dict:
             **json.loads((tmp_path / "env.json").read_text())}
 
 
-@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("task", TASKS + [MW])
 def test_state_dict_round_trip(task, tmp_path):
-    a = make_env(task, 5, max_episode_steps=4)
+    a = _make(task, 5, max_episode_steps=4)
     a.reset(seed=21)
     acts = _actions(5, 14, seed=2)
     for act in acts[:3]:
         a.step(act)
     state = _through_storage(a.state_dict(), tmp_path)
-    b = make_env(task, 5, max_episode_steps=4)
+    b = _make(task, 5, max_episode_steps=4)
     b.reset(seed=999)
     b.load_state_dict(state)
     for act in acts[3:]:

@@ -40,9 +40,12 @@ def _check(episodes: int, obs_mode: str, cameras: Sequence[str] | None, noise: f
         raise EnvError(f"--episodes must be a positive integer, got {episodes}")
     if not isinstance(noise, (int, float)) or not math.isfinite(noise) or noise < 0:
         raise EnvError(f"--noise must be a finite standard deviation >= 0, got {noise}")
-    allowed = LIBERO_CAMERAS if task.startswith("libero:") else CAMERAS
+    if task.startswith("metaworld:"):  # MetaWorld's own cameras (sims/metaworld)
+        from sims.metaworld.tasks import CAMERAS as allowed
+    else:
+        allowed = LIBERO_CAMERAS if task.startswith("libero:") else CAMERAS
     if cameras is None:
-        return allowed if task.startswith("libero:") else ("front",)
+        return allowed if task.startswith("libero:") else (("corner2",) if task.startswith("metaworld:") else ("front",))
     cams = tuple(cameras)
     bad = [c for c in cams if c not in allowed]
     if not cams or bad or len(set(cams)) != len(cams):

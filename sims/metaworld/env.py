@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from sims.metaworld.proc import OBS_DIM, WorkerProc
-from sims.metaworld.tasks import INSTRUCTIONS, MAX_PATH_LENGTH, parse_name
+from sims.metaworld.tasks import CAMERAS, INSTRUCTIONS, MAX_PATH_LENGTH, parse_name
 from sims.mujoco.seeding import parse_env_ids, parse_seeds, stream_from
 from sims.vecenv import ChunkStepResult, EnvError, EnvSpec, Obs, Seed, StepResult, VecEnv, check_action
 
@@ -40,7 +40,7 @@ STATE_DIM = 4
 ACTION_DIM = 4
 OBS_MODES = ("state", "rgb")
 REWARD_MODES = ("sparse", "dense")
-DEFAULT_CAMERAS = ("corner2",)
+DEFAULT_CAMERAS = CAMERAS[:1]  # corner2
 
 
 def _size(value: Any) -> tuple[int, int]:
@@ -73,6 +73,9 @@ class MetaWorldVecEnv(VecEnv):
         cams = tuple(cameras or ()) if obs_mode == "rgb" else ()
         if obs_mode == "rgb" and not cams:
             raise EnvError("cameras: obs_mode='rgb' needs at least one camera, e.g. corner2")
+        for cam in cams:
+            if cam not in CAMERAS:
+                raise EnvError(f"cameras: unknown camera {cam!r}; MetaWorld has: {', '.join(CAMERAS)}")
         steps = int(max_episode_steps or MAX_PATH_LENGTH)
         if not 1 <= steps <= MAX_PATH_LENGTH:
             raise EnvError(f"max_episode_steps: {max_episode_steps!r}; allowed: 1..{MAX_PATH_LENGTH} "

@@ -10,6 +10,8 @@ one phrase per task, written from the task names (MetaWorld ships none).
 from __future__ import annotations
 
 MAX_PATH_LENGTH = 500  # SawyerXYZEnv.max_path_length of every v3 task
+# the cameras of MetaWorld's scenes; corner2 is the default (the view most MetaWorld image policies use)
+CAMERAS = ("corner2", "corner", "corner3", "corner4", "topview", "behindGripper", "gripperPOV")
 
 MT10 = ("reach-v3", "push-v3", "pick-place-v3", "door-open-v3", "drawer-open-v3", "drawer-close-v3",
         "button-press-topdown-v3", "peg-insert-side-v3", "window-open-v3", "window-close-v3")
