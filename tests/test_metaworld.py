@@ -1,0 +1,135 @@
+"""MetaWorld behind the VecEnv contract (sims/metaworld, docs/metaworld.md): names and bad input,
+the layout of the observation (task one-hot, instructions), pixels from mujoco's Renderer, the
+dense reward, and the multi-task protocol with the scripted policies. The contract itself
+(shapes, seeding, resume, chunks) runs in test_sims_contract.py. Tests that need a worker skip,
+with the reason, without .venv-metaworld (`make metaworld`; `make test` builds it)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from sims.metaworld.proc import metaworld_python
+from sims.metaworld.tasks import INSTRUCTIONS, MT10, MT50, parse_name, tasks_of
+from sims.registry import expert_for, make_env
+from sims.vecenv import EnvError
+
+needs_mw = pytest.mark.skipif(not metaworld_python().exists(), reason=".venv-metaworld is absent (make metaworld)")
+
+
+def _one_line(fn, *words):
+    with pytest.raises(EnvError) as err:
+        fn()
+    msg = str(err.value)
+    assert "\n" not in msg and all(w in msg for w in words), msg
+
+
+def test_names_without_a_worker():
+    assert len(MT50) == 50 and len(set(INSTRUCTIONS.values())) == 50  # one phrase per task, all distinct
+    assert set(MT10) <= set(MT50)
+    assert parse_name("metaworld:MT10") == (MT10, MT10)
+    assert parse_name("metaworld:MT50/push-v3") == (MT50, ("push-v3",))
+    assert parse_name("metaworld:push-v3") == ((), ("push-v3",))
+    assert tasks_of("metaworld:MT10")[2] == "metaworld:MT10/pick-place-v3" and len(tasks_of("metaworld:MT50")) == 50
+    _one_line(lambda: make_env("metaworld:MT11", 1), "task", "MT11", "allowed")
+    _one_line(lambda: make_env("metaworld:MT10/sweep-v3", 1), "sweep-v3", "MT10", "allowed")
+    _one_line(lambda: make_env("metaworld:push-v3", 1, obs_mode="depth"), "obs_mode", "allowed")
+    _one_line(lambda: make_env("metaworld:push-v3", 1, obs_mode="rgb", cameras=("front",)), "cameras", "corner2")
+    _one_line(lambda: make_env("metaworld:push-v3", 2, num_workers=3), "num_workers", "1..2")
+    _one_line(lambda: make_env("metaworld:push-v3", 1, max_episode_steps=501), "max_episode_steps", "500")
+    _one_line(lambda: make_env("metaworld:push-v3", 1, randomization={}), "env.randomization", "MetaWorld")
+
+
+@needs_mw
+def test_mt10_layout_instructions_and_dense_reward():
+    env = make_env("metaworld:MT10", 10, reward_mode="dense", num_workers=2)
+    try:
+        obs, _ = env.reset(seed=0)
+        assert env.spec.privileged_dim == 49 and env.spec.max_episode_steps == 500 and env.spec.control_hz == 80
+        assert obs["instruction"] == [INSTRUCTIONS[t] for t in MT10]
+        hot = obs["privileged"][:, 39:]
+        assert torch.equal(hot, torch.eye(10))  # env i runs task i, its one-hot says so
+        assert torch.equal(obs["state"], obs["privileged"][:, :4])
+        goal = obs["privileged"][:, 36:39]
+        assert (goal.abs().sum(1) > 0).all()  # the goal is visible
+        rewards = torch.stack([env.step(torch.zeros(10, 4)).reward for _ in range(3)])
+        assert ((rewards >= 0) & (rewards <= 1)).all() and (rewards > 0).any()  # MetaWorld's shaping / 10
+    finally:
+        env.close()
+
+
+@needs_mw
+def test_pixels_cameras_and_size():
+    env = make_env("metaworld:MT10", 2, obs_mode="rgb", cameras=("corner2", "gripperPOV"), image_size=(48, 64),
+                   num_workers=1)
+    try:
+        obs, _ = env.reset(seed=[1, 2])
+        for cam in ("corner2", "gripperPOV"):
+            img = obs[f"rgb_{cam}"]
+            assert img.shape == (2, 48, 64, 3) and img.dtype == torch.uint8 and img.float().std() > 10
+        assert not torch.equal(obs["rgb_corner2"], obs["rgb_gripperPOV"])
+        before = obs["rgb_corner2"].clone()
+        act = torch.tensor([[1.0, 0.0, -1.0, 1.0]] * 2)
+        for _ in range(10):
+            obs = env.step(act).obs
+        assert (obs["rgb_corner2"].float() - before.float()).abs().mean() > 0.5  # the arm moved in the picture
+        assert torch.equal(env.render([1], camera="gripperPOV"), obs["rgb_gripperPOV"][1:])
+        # the corner cameras' up axis points down in MetaWorld's scenes: frames come upright, the
+        # table (lower part of the view) below the background
+        _one_line(lambda: env.render([0], camera="topview"), "camera", "allowed")
+    finally:
+        env.close()
+
+
+@needs_mw
+def test_expert_solves_every_mt10_task():
+    """MetaWorld's scripted policies as our expert: one MT10 batch (env i = task i), each solved."""
+    env, ex = make_env("metaworld:MT10", 10, num_workers=1), expert_for("metaworld:MT10")
+    try:
+        obs, _ = env.reset(seed=list(range(10)))
+        won, done = np.zeros(10, bool), np.zeros(10, bool)
+        for _ in range(env.spec.max_episode_steps):
+            r = env.step(torch.from_numpy(ex(obs["privileged"].numpy())))
+            new = r.done.numpy() & ~done
+            won[new], done = r.terminated.numpy()[new], done | new
+            obs = r.obs
+            if done.all():
+                break
+        assert won.all(), [t for t, w in zip(MT10, won) if not w]
+    finally:
+        env.close()
+        ex.close()
+
+
+@needs_mw
+def test_protocol_report(tmp_path):
+    """The papers' protocol (fixed seeds per task, mean over tasks) written as a report folder."""
+    from embodied.eval.metaworld_protocol import run_expert
+
+    report = run_expert("metaworld:MT10/pick-place-v3", tmp_path, episodes=3, num_envs=3, log=lambda s: None)
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert [(e["task"], e["seed"]) for e in res["episodes"]] == [("MT10/pick-place-v3", k) for k in range(3)]
+    assert all(e["success"] for e in res["episodes"])
+    assert res["protocol"]["mean_over_tasks"]["scripted_expert"].startswith("1.000")
+    assert res["protocol"]["simulator_versions"]["metaworld"] == "3.1.1"
+    assert res["protocol"]["max_episode_steps"] == 500 and res["protocol"]["seeds"] == [0, 1, 2]
+    assert "MT10/pick-place-v3" in report.read_text()
+
+
+@needs_mw
+def test_expert_rejects_a_wrong_layout_and_a_dead_worker_is_named():
+    ex = expert_for("metaworld:MT10")
+    try:
+        _one_line(lambda: ex(np.zeros((2, 39))), "privileged", "49")
+    finally:
+        ex.close()
+    env = make_env("metaworld:push-v3", 1)
+    try:
+        env.workers[0].proc.kill()
+        env.workers[0].proc.wait()
+        _one_line(lambda: env.step(torch.zeros(1, 4)), "metaworld", "died", "push-v3")
+    finally:
+        env.close()
