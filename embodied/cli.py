@@ -147,6 +147,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     print("tasks:   " + ", ".join(list_tasks()))
     print("maniskill tasks (the maniskill extra, docs/maniskill.md): " + ", ".join(MANISKILL_TASK_NAMES))
     print("configs: " + ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))))
+    from sims.metaworld.tasks import suite_names  # names only: no MetaWorld, no torch
+
+    print("metaworld tasks (make metaworld, docs/metaworld.md): " + ", ".join(suite_names())
+          + ", metaworld:MT10/<task>, metaworld:<task> (50 v3 tasks)")
     return 0
 
 

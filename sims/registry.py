@@ -11,13 +11,14 @@ if TYPE_CHECKING:
 
 # The MuJoCo tasks' names, so that list_tasks() (`embodied list`) imports neither MuJoCo nor
 # torch; tests/test_cli_startup.py checks it against the classes of _tasks().
-TASK_NAMES = ("Reach", "ReachPoint", "ReachColor", "PushCube", "PickCube", "PlaceCube")
+TASK_NAMES = ("Reach", "ReachPoint", "ReachColor", "PushCube", "PickCube", "PlaceCube", "Compose", "ComposeHeldOut")
 # sims.maniskill.tasks.names() without importing it (it imports torch); checked the same way.
 MANISKILL_TASK_NAMES = ("ms:PickCube-v1", "ms:PushCube-v1", "ms:StackCube-v1", "ms:PullCube-v1",
                         "ms:PegInsertionSide-v1")
 
 
 def _tasks() -> dict[str, type]:
+    from sims.mujoco.tasks.compose import Compose, ComposeHeldOut
     from sims.mujoco.tasks.pick_cube import PickCube
     from sims.mujoco.tasks.place_cube import PlaceCube
     from sims.mujoco.tasks.push_cube import PushCube
@@ -25,7 +26,8 @@ def _tasks() -> dict[str, type]:
     from sims.mujoco.tasks.reach_color import ReachColor
     from sims.mujoco.tasks.reach_point import ReachPoint
 
-    return {cls.name: cls for cls in (Reach, ReachPoint, ReachColor, PushCube, PickCube, PlaceCube)}
+    return {cls.name: cls for cls in (Reach, ReachPoint, ReachColor, PushCube, PickCube, PlaceCube, Compose,
+                                      ComposeHeldOut)}
 
 
 def list_tasks() -> list[str]:

@@ -78,9 +78,10 @@ def test_list_imports_nothing_heavy():
     rc, text, modules = run_cli("list")
     assert rc == 0
     lines = text.splitlines()
-    assert lines[0] == "tasks:   PickCube, PlaceCube, PushCube, Reach, ReachColor, ReachPoint"
+    assert lines[0] == "tasks:   Compose, ComposeHeldOut, PickCube, PlaceCube, PushCube, Reach, ReachColor, ReachPoint"
     assert lines[1].startswith("maniskill tasks ") and "ms:PickCube-v1" in lines[1]
     assert lines[2].startswith("configs: ") and "quickstart" in lines[2]
+    assert lines[3].startswith("metaworld tasks ") and "metaworld:MT10" in lines[3]
     assert heavy(modules) == []
 
 

@@ -50,7 +50,8 @@ def _assert_obs_equal(a: dict, b: dict) -> None:
 
 
 def test_tasks_registered():
-    assert set(TASKS) == {"Reach", "ReachPoint", "ReachColor", "PushCube", "PickCube", "PlaceCube"}
+    assert set(TASKS) == {"Reach", "ReachPoint", "ReachColor", "PushCube", "PickCube", "PlaceCube", "Compose",
+                          "ComposeHeldOut"}
 
 
 @pytest.mark.parametrize("task", BOTH + ["ms:StackCube-v1", "ms:PullCube-v1", "ms:PegInsertionSide-v1", MW])

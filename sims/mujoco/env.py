@@ -176,6 +176,9 @@ class MujocoVecEnv(VecEnv):
         if h.cube_qpos >= 0:
             qpos[ids, h.cube_qpos:h.cube_qpos + 3] = ep["cube_pos"]
             qpos[ids, h.cube_qpos + 3:h.cube_qpos + 7] = ep["cube_quat"]
+        if h.cube_b_qpos >= 0:
+            qpos[ids, h.cube_b_qpos:h.cube_b_qpos + 3] = ep["cube_b_pos"]
+            qpos[ids, h.cube_b_qpos + 3:h.cube_b_qpos + 7] = ep["cube_b_quat"]
         if h.target_mocap >= 0:
             self._mocap[ids, h.target_mocap] = ep["target"]
         if h.goal_mocap >= 0:
@@ -386,6 +389,8 @@ class MujocoVecEnv(VecEnv):
         h, out = self._h, {}
         if h.cube_geom >= 0 and "cube_color" in self._ep:
             out[h.cube_geom] = COLOR_RGBA[self._ep["cube_color"][ids]]
+        if h.cube_b_geom >= 0 and "cube_b_color" in self._ep:
+            out[h.cube_b_geom] = COLOR_RGBA[self._ep["cube_b_color"][ids]]
         if h.target_geom >= 0 and "target_color" in self._ep:
             out[h.target_geom] = COLOR_RGBA[self._ep["target_color"][ids]]
         return out

@@ -29,6 +29,9 @@ class Handles:
     cube_geom: int
     target_geom: int
     goal_geom: int
+    cube_b_qpos: int = -1  # the second cube's free joint (SceneOptions.second_cube), or -1
+    cube_b_qvel: int = -1
+    cube_b_geom: int = -1
 
     @classmethod
     def from_model(cls, model: mujoco.MjModel) -> "Handles":
@@ -62,6 +65,9 @@ class Handles:
             cube_geom=geom("cube"),
             target_geom=geom("target"),
             goal_geom=geom("goal"),
+            cube_b_qpos=qadr("cube_b"),
+            cube_b_qvel=vadr("cube_b"),
+            cube_b_geom=geom("cube_b"),
         )
 
 
@@ -80,6 +86,10 @@ class SimView:
     cube_angvel: np.ndarray | None  # [n, 3]
     target: np.ndarray | None  # [n, 3] target square centre (on the table)
     goal: np.ndarray | None  # [n, 3] goal sphere centre
+    cube_b: np.ndarray | None = None  # [n, 3] the second cube's centre (SceneOptions.second_cube)
+    cube_b_quat: np.ndarray | None = None  # [n, 4]
+    cube_b_vel: np.ndarray | None = None  # [n, 3]
+    cube_b_angvel: np.ndarray | None = None  # [n, 3]
 
 
 def gap_to_cmd(gap_target: np.ndarray) -> np.ndarray:
@@ -112,4 +122,8 @@ def read(h: Handles, qpos: np.ndarray, qvel: np.ndarray, ctrl: np.ndarray, mocap
         cube_angvel=qvel[:, cv + 3:cv + 6] if has_cube else None,
         target=mocap_pos[:, h.target_mocap] if h.target_mocap >= 0 else None,
         goal=mocap_pos[:, h.goal_mocap] if h.goal_mocap >= 0 else None,
+        **({} if h.cube_b_qpos < 0 else {
+            "cube_b": qpos[:, h.cube_b_qpos:h.cube_b_qpos + 3], "cube_b_quat": qpos[:, h.cube_b_qpos + 3:h.cube_b_qpos + 7],
+            "cube_b_vel": qvel[:, h.cube_b_qvel:h.cube_b_qvel + 3],
+            "cube_b_angvel": qvel[:, h.cube_b_qvel + 3:h.cube_b_qvel + 6]}),
     )

@@ -46,6 +46,7 @@ class SceneOptions:
     """What a task puts on the table.
 
     cube: include one free 4 cm cube ("cube" body, "cube" joint and geom).
+    second_cube: include a second one ("cube_b" body, joint and geom; with cube).
     markers: "square" (flat target square on the table, mocap body "target"), "sphere"
       (floating goal point, mocap body "goal"), "target_sphere" (a second floating point in
       place of the square, mocap body "target"); visual only (contype/conaffinity 0).
@@ -60,6 +61,7 @@ class SceneOptions:
     """
 
     cube: bool = True
+    second_cube: bool = False
     markers: tuple[str, ...] = ("square",)
     pole: bool = False
     goal_rgba: tuple[float, float, float, float] = (0.1, 0.9, 0.2, 0.6)
@@ -138,6 +140,13 @@ def build_mjcf(opts: SceneOptions) -> str:
       <freejoint name="cube"/>
       <geom name="cube" type="box" size="{_fmt(c, c, c)}" mass="0.05" friction="1 0.01 0.001"
             rgba="0.85 0.12 0.1 1"/>
+    </body>"""
+        if opts.second_cube:
+            cube += f"""
+    <body name="cube_b" pos="0.1 0.1 {c:g}">
+      <freejoint name="cube_b"/>
+      <geom name="cube_b" type="box" size="{_fmt(c, c, c)}" mass="0.05" friction="1 0.01 0.001"
+            rgba="0.12 0.3 0.9 1"/>
     </body>"""
     markers = ""
     if "square" in opts.markers and "target_sphere" in opts.markers:
