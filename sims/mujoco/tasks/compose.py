@@ -46,6 +46,7 @@ from sims.mujoco.tasks.grasping import is_grasped
 from sims.mujoco.tasks.pick_cube import PickCube
 from sims.mujoco.tasks.place_cube import PlaceCube
 from sims.mujoco.tasks.push_cube import PushCube
+from sims.mujoco.tasks.registry import register_task
 
 VERBS = ("reach", "push", "pick", "place")
 COLORS = ("red", "blue", "yellow", "purple")  # the cubes' colours (the square is green)
@@ -103,8 +104,8 @@ def events(s: SimView, grasped: np.ndarray) -> np.ndarray:
     ], axis=1)
 
 
+@register_task("Compose")
 class Compose(Task):
-    name = "Compose"
     variants: ClassVar[tuple[tuple[str, str], ...]] = SEEN
     max_episode_steps = 60
     privileged_dim = COMPOSE_PRIV_DIM
@@ -240,9 +241,9 @@ def with_variant(priv: np.ndarray, verb: int, named: int) -> np.ndarray:
     return out
 
 
+@register_task("ComposeHeldOut")
 class ComposeHeldOut(Compose):
     """Compose's 4 held-out combinations only (HELD_OUT): never in demos or RL of Compose."""
 
-    name = "ComposeHeldOut"
     variants = HELD_OUT
 
