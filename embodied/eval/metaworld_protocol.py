@@ -103,7 +103,7 @@ def write_folder(out: str | Path, task: str, episodes_per_task: int, episodes: l
                  sources: dict, num_envs: int, wall_s: float) -> Path:
     """results.json + report.md / report.html in `out` (embodied/eval/report.py); returns report.md."""
     from embodied.eval.report import write_report, write_results
-    from embodied.eval.sim2real import versions
+    from embodied.eval.candidates import versions
 
     toolkit, _ = versions()
     config = {"task": task, "episodes": episodes_per_task, "sources": sources}
@@ -137,8 +137,8 @@ def run_checkpoints(checkpoints: list[str], task: str, out: str | Path, episodes
                     log: Callable[[str], None] = print) -> Path:
     """`embodied sim2real CKPT... --task metaworld:...`: each checkpoint in its own observation
     setup (state, privileged or cameras), on every task of `task`."""
-    from embodied.eval.sim2real import load_checkpoints
-    from embodied.rl.train import build_env
+    from embodied.eval.candidates import load_checkpoints
+    from embodied.rl.loop_parts import build_env
 
     tasks_of(task)  # the name is checked before any checkpoint loads
     cks = load_checkpoints(checkpoints, task)

@@ -21,7 +21,7 @@ The four success events are mutually exclusive along the experts' paths (gripper
 for reach, closed and on the table for push, holding the cube at the ball for pick, open for
 place), and the same events on the other cube, or a cube off the table, end the episode as a
 failure. A policy that ignores the text therefore succeeds in at most 1 of the 8 variants a scene
-can hold: chance is 1/8 (tests/test_sims_compose.py checks it with a blind expert). 60 steps.
+can hold: chance is 1/8 (tests/sims/test_sims_compose.py checks it with a blind expert). 60 steps.
 Progress (base.py's rewards): the verb's own staged progress (Reach's, PushCube's, PickCube's,
 PlaceCube's) on the named cube.
 
