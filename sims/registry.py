@@ -33,7 +33,8 @@ def make_env(task: str, num_envs: int, **kwargs: Any) -> VecEnv:
     Names starting with "libero:" ("libero:libero_spatial/0", "libero:libero_spatial") are LIBERO
     tasks (sims/libero, `make libero`); kwargs go to LiberoVecEnv. "metaworld:MT10",
     "metaworld:MT50" and "metaworld:<task>" ("metaworld:pick-place-v3") are MetaWorld tasks
-    (sims/metaworld, `make metaworld`); kwargs go to MetaWorldVecEnv. "wm:PATH" is a world model
+    (sims/metaworld, `make metaworld`); kwargs go to MetaWorldVecEnv. "multi:A+B+..." puts
+    several tasks in one batch (sims/multitask.py; num_envs split evenly, kwargs to each). "wm:PATH" is a world model
     trained by `embodied world-model train` (sims/world_model); of the kwargs it takes obs_mode
     ("rgb" for a model trained with cameras), cameras, image_size, reward_mode (dense, sparse or
     task), max_episode_steps, seed, keyframes, rollout (mean or members), model_noise and
@@ -54,6 +55,23 @@ def make_env(task: str, num_envs: int, **kwargs: Any) -> VecEnv:
                 raise EnvError(f"env.{key}: domain randomisation is implemented for the MuJoCo tasks "
                                f"only; allowed for LIBERO tasks: null (docs/sim2real.md)")
         return LiberoVecEnv(task, num_envs, **{k: v for k, v in kwargs.items() if v is not None})
+    if task.startswith("multi:"):  # several tasks in one batch (sims/multitask.py)
+        from sims.multitask import MultiTaskVecEnv, parse_multi
+        from sims.vecenv import EnvError
+
+        names = parse_multi(task)
+        if num_envs % len(names):
+            raise EnvError(f"num_envs: {num_envs} envs cannot be split evenly over the {len(names)} tasks of "
+                           f"{task}; allowed: a multiple of {len(names)}")
+        envs = []
+        try:
+            for name in names:
+                envs.append(make_env(name, num_envs // len(names), **kwargs))
+            return MultiTaskVecEnv(task, envs)
+        except BaseException:
+            for e in envs:
+                e.close()
+            raise
     if task.startswith("metaworld:"):  # MetaWorld in its own venv (sims/metaworld, `make metaworld`)
         from sims.metaworld.env import MetaWorldVecEnv
         from sims.vecenv import EnvError
@@ -94,6 +112,10 @@ def expert_for(task: str) -> Callable[[np.ndarray], np.ndarray]:
     gives the scripted pick-and-place expert of sims/libero/expert.py (A = 7). "metaworld:..."
     gives MetaWorld's scripted policies, run in the side venv (sims/metaworld/expert.py, A = 4;
     it has close())."""
+    if task.startswith("multi:"):
+        from sims.multitask import MultiExpert
+
+        return MultiExpert(task)
     if task.startswith("metaworld:"):
         from sims.metaworld.expert import expert_for as mw_expert_for
 

@@ -130,6 +130,19 @@ class VecEnv(abc.ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         raise NotImplementedError(f"{type(self).__name__} cannot be checkpointed")
 
+    def task_labels(self) -> list[str]:
+        """The task of each env's current episode (B strings): per-task success in logs and
+        evaluations. One task: its name; a multi-task env: each row's task (MetaWorld's MT10,
+        sims/multitask.py); a suite whose episodes draw a variant (Compose): the variant."""
+        return [self.spec.task] * self.num_envs
+
+    @property
+    def row_tasks(self) -> tuple[str, ...] | None:
+        """The fixed task of each env row when rows hold different tasks for good (MT10's env i
+        runs task i), so that GRPO groups only rows of one task; None when every row can run
+        every task (a seed then decides the task, as in Compose)."""
+        return None
+
     def render(self, env_ids: Sequence[int] | None = None, camera: str | None = None) -> torch.Tensor:
         """uint8 [n, H, W, 3] frames of the given envs (for videos)."""
         raise NotImplementedError(f"{type(self).__name__} cannot render")

@@ -22,10 +22,23 @@ class EvalResult:
     successes: list[bool]  # per seed, in the order given
     video: Path | None = None
     lengths: list[int] = field(default_factory=list)  # per seed: control steps of the episode
+    tasks: list[str] = field(default_factory=list)  # per seed: the episode's task (VecEnv.task_labels)
+
+    def per_task(self) -> dict[str, float]:
+        """Success rate of each task, in order of first appearance."""
+        out: dict[str, list[bool]] = {}
+        for t, s in zip(self.tasks, self.successes):
+            out.setdefault(t, []).append(s)
+        return {t: sum(v) / len(v) for t, v in out.items()}
 
     def as_dict(self) -> dict[str, float]:
-        return {"success_rate": self.success_rate, "episode_return": self.episode_return,
-                "episode_length": self.episode_length, "episodes": float(len(self.successes))}
+        """The means, and "success/<task>" for each task when the episodes ran more than one."""
+        out = {"success_rate": self.success_rate, "episode_return": self.episode_return,
+               "episode_length": self.episode_length, "episodes": float(len(self.successes))}
+        per = self.per_task()
+        if len(per) > 1:
+            out.update({f"success/{t}": v for t, v in per.items()})
+        return out
 
 
 @torch.no_grad()
@@ -49,13 +62,14 @@ def evaluate(policy: Any, env: VecEnv, seeds: Sequence[int], deterministic: bool
 def _episodes(policy: Any, env: VecEnv, seeds: Sequence[int], deterministic: bool,
               video_path: str | Path | None, video_episodes: int) -> EvalResult:
     B = env.num_envs
-    successes, returns, lengths = [], [], []
+    successes, returns, lengths, tasks = [], [], [], []
     frames: list[np.ndarray] = []
     for start in range(0, len(seeds), B):
         batch = list(seeds[start:start + B])
         n = len(batch)
         batch += [batch[-1]] * (B - n)  # pad; extra envs are ignored
         obs, _ = env.reset(seed=batch)
+        tasks += env.task_labels()[:n]
         active = torch.ones(B, dtype=torch.bool)
         ret, length = torch.zeros(B), torch.zeros(B, dtype=torch.long)
         succ = torch.zeros(B, dtype=torch.bool)
@@ -86,7 +100,7 @@ def _episodes(policy: Any, env: VecEnv, seeds: Sequence[int], deterministic: boo
         frames += [frames[-1]] * 10  # hold the end for half a second
         video = write_mp4(video_path, np.stack(frames), fps=getattr(env.spec, "control_hz", 20.0))
     k = max(len(successes), 1)
-    return EvalResult(sum(successes) / k, sum(returns) / k, sum(lengths) / k, successes, video, lengths)
+    return EvalResult(sum(successes) / k, sum(returns) / k, sum(lengths) / k, successes, video, lengths, tasks)
 
 
 def _tile(frames: torch.Tensor) -> np.ndarray:

@@ -55,6 +55,10 @@ def end_iteration(cfg: ExperimentConfig, it: int, env_steps: int, policy: Any, e
         logger.log("eval", result.as_dict(), env_steps)
         summary.setdefault("eval_curve", []).append((env_steps, result.success_rate))
         logger.print(f"iter {it} step {env_steps}: eval success {result.success_rate:.2f}")
+        per = result.per_task()
+        if len(per) > 1:  # a multi-task run: each task's success on the console too
+            logger.print("  per task: " + ", ".join(f"{t} {v:.2f}" for t, v in per.items()))
+            summary.setdefault("eval_per_task", []).append((env_steps, per))
     if (tc.save_every and it % tc.save_every == 0) or last:
         if result is not None:
             summary["success_after"] = result.success_rate

@@ -55,6 +55,22 @@ def stack_steps(steps: list[dict[str, Any]], last_value: torch.Tensor, **extra: 
     )
 
 
+def episode_stats(finished: list[tuple[float, int, bool, str]]) -> dict[str, float]:
+    """(return, length, success, task) of finished episodes -> their means, and the success of
+    each task ("success/<task>") when there is more than one."""
+    if not finished:
+        return {}
+    n = len(finished)
+    stats = {"episode_return": sum(f[0] for f in finished) / n, "episode_length": sum(f[1] for f in finished) / n,
+             "success_rate": sum(f[2] for f in finished) / n, "episodes": float(n)}
+    tasks = sorted({f[3] for f in finished})
+    if len(tasks) > 1:
+        for t in tasks:
+            mine = [f[2] for f in finished if f[3] == t]
+            stats[f"success/{t}"] = sum(mine) / len(mine)
+    return stats
+
+
 class RolloutCollector:
     """Keeps the envs' current observation between calls; tracks finished episodes."""
 
@@ -65,10 +81,12 @@ class RolloutCollector:
         self.ep_return = torch.zeros(B)
         self.ep_length = torch.zeros(B, dtype=torch.long)
         self.ep_success = torch.zeros(B, dtype=torch.bool)
-        self.finished: list[tuple[float, int, bool]] = []  # (return, length, success)
+        self.ep_label: list[str] = [env.spec.task] * B  # the task of each env's current episode
+        self.finished: list[tuple[float, int, bool, str]] = []  # (return, length, success, task)
 
     def reset(self, seed: int | None) -> Obs:
         self.obs, _ = self.env.reset(seed=seed)
+        self.ep_label = self.env.task_labels()
         return self.obs
 
     @torch.no_grad()
@@ -104,23 +122,22 @@ class RolloutCollector:
         self.ep_return += reward
         self.ep_length += length
         self.ep_success |= success
-        for i in done.nonzero().flatten().tolist():
-            self.finished.append((self.ep_return[i].item(), int(self.ep_length[i]), bool(self.ep_success[i])))
+        ids = done.nonzero().flatten().tolist()
+        for i in ids:
+            self.finished.append((self.ep_return[i].item(), int(self.ep_length[i]), bool(self.ep_success[i]),
+                                  self.ep_label[i]))
+        if ids:  # the envs that finished started new episodes: their tasks
+            labels = self.env.task_labels()
+            for i in ids:
+                self.ep_label[i] = labels[i]
         self.ep_return[done] = 0.0
         self.ep_length[done] = 0
         self.ep_success[done] = False
 
     def pop_episode_stats(self) -> dict[str, float]:
-        """Mean return, length and success of episodes finished since the last call."""
-        if not self.finished:
-            return {}
-        n = len(self.finished)
-        stats = {
-            "episode_return": sum(f[0] for f in self.finished) / n,
-            "episode_length": sum(f[1] for f in self.finished) / n,
-            "success_rate": sum(f[2] for f in self.finished) / n,
-            "episodes": float(n),
-        }
+        """Mean return, length and success of episodes finished since the last call; with more
+        than one task among them, each task's success as "success/<task>" too."""
+        stats = episode_stats(self.finished)
         self.finished.clear()
         return stats
 
@@ -129,6 +146,7 @@ class RolloutCollector:
         return {
             "obs": tensor_obs(obs), "instruction": list(obs.get("instruction", [])),
             "ep_return": self.ep_return, "ep_length": self.ep_length, "ep_success": self.ep_success,
+            "ep_label": list(self.ep_label),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -136,3 +154,4 @@ class RolloutCollector:
         if state["instruction"]:
             self.obs["instruction"] = list(state["instruction"])
         self.ep_return, self.ep_length, self.ep_success = state["ep_return"], state["ep_length"], state["ep_success"]
+        self.ep_label = list(state.get("ep_label") or self.env.task_labels())

@@ -229,6 +229,13 @@ class MetaWorldVecEnv(VecEnv):
         rng.bit_generator.state = json.loads(state["rng_state"])
         self._rng, self._seeded = rng, bool(int(state["rng_seeded"]))
 
+    def task_labels(self) -> list[str]:
+        return list(self.task_names)
+
+    @property
+    def row_tasks(self) -> tuple[str, ...]:
+        return tuple(self.task_names)
+
     def render(self, env_ids: Sequence[int] | None = None, camera: str | None = None) -> torch.Tensor:
         """uint8 [n, H, W, 3]: the latest frames of `camera` (default: the first camera)."""
         if not self.cameras:

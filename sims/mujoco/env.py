@@ -406,6 +406,9 @@ class MujocoVecEnv(VecEnv):
             colors, fields = self._dr.colors(ids, colors), self._dr.render_fields(ids)
         return self._renderer.render(self._batch, ids, cam, size, colors, fields)
 
+    def task_labels(self) -> list[str]:
+        return [self.task.label(self._ep, i) for i in range(self.num_envs)]
+
     def render(self, env_ids: Sequence[int] | None = None, camera: str | None = None) -> torch.Tensor:
         """uint8 [n, H, W, 3] frames at render_size of envs env_ids (default all)."""
         camera = camera or (self.cameras[0] if self.cameras else "front")

@@ -153,6 +153,11 @@ class Task(abc.ABC):
     def privileged(self, s: SimView, ep: Episode, ev: dict[str, np.ndarray]) -> np.ndarray:
         """float32 [n, privileged_dim]."""
 
+    def label(self, ep: Episode, i: int) -> str:
+        """The task label of row i (VecEnv.task_labels): the task's name, or the variant a suite
+        drew for the episode."""
+        return self.name
+
     @staticmethod
     @abc.abstractmethod
     def expert(priv: np.ndarray) -> np.ndarray:

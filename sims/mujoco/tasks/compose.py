@@ -159,6 +159,10 @@ class Compose(Task):
     def instruction(self, ep: Episode, i: int) -> str:
         return PHRASES[VERBS[ep["verb"][i]]][ep["phrase"][i]].format(c=COLOR_NAMES[ep["color"][i]])
 
+    def label(self, ep: Episode, i: int) -> str:
+        """"push red": the variant (per-variant success in logs and evaluations)."""
+        return f"{VERBS[ep['verb'][i]]} {COLOR_NAMES[ep['color'][i]]}"
+
     def evaluate(self, s: SimView, ep: Episode) -> dict[str, np.ndarray]:
         named, n = ep["named"], len(s.tcp)
         sn, so = _cube_view(s, named), _cube_view(s, 1 - named)
