@@ -48,7 +48,9 @@ def evaluate(policy: Any, env: VecEnv, seeds: Sequence[int], deterministic: bool
 
     Episode k starts from reset(seed=seeds[k]); an env counts its first episode
     only. With video_path, the first `video_episodes` episodes are rendered side
-    by side into one mp4. With deterministic=False the policy samples its actions
+    by side into one mp4; when the first batch holds more than one task (a multi-task
+    env), one episode of each task instead, as a grid of tiles with each instruction
+    written on its tile. With deterministic=False the policy samples its actions
     from torch's generator seeded with seeds[0], forked so that the caller's stream
     is left as it was: the same policy and seeds give the same result.
     """
@@ -74,22 +76,23 @@ def _episodes(policy: Any, env: VecEnv, seeds: Sequence[int], deterministic: boo
         ret, length = torch.zeros(B), torch.zeros(B, dtype=torch.long)
         succ = torch.zeros(B, dtype=torch.bool)
         record = video_path is not None and start == 0
-        nvid = min(video_episodes, n) if record else 0
-        last = env.render(list(range(nvid))) if nvid else None
-        if nvid:
-            frames.append(_tile(last))
+        vids, captions = _video_envs(tasks[:n], obs, video_episodes) if record else ([], None)
+        vid = torch.as_tensor(vids, dtype=torch.long)
+        last = env.render(vids) if vids else None
+        if vids:
+            frames.append(_frame(last, captions))
         while active[:n].any():
             out = policy.act(obs, deterministic=deterministic)
             res = env_step(env, out.actions)
             ret += torch.where(active, res.reward.sum(1), torch.zeros(B))
             length += torch.where(active, res.valid.sum(1), torch.zeros(B, dtype=torch.long))
             succ |= active & res.info["success"].any(1)
-            if nvid and active[:nvid].any():
+            if vids and active[vid].any():
                 # An env that finished keeps showing its last frame (after this
                 # step it has been reset, so its render is of a new episode).
-                still = (active & ~res.done)[:nvid, None, None, None]
-                last = torch.where(still, env.render(list(range(nvid))), last)
-                frames.append(_tile(last))
+                still = (active & ~res.done)[vid, None, None, None]
+                last = torch.where(still, env.render(vids), last)
+                frames.append(_frame(last, captions))
             active &= ~res.done
             obs = res.obs
         successes += succ[:n].tolist()
@@ -101,6 +104,26 @@ def _episodes(policy: Any, env: VecEnv, seeds: Sequence[int], deterministic: boo
         video = write_mp4(video_path, np.stack(frames), fps=getattr(env.spec, "control_hz", 20.0))
     k = max(len(successes), 1)
     return EvalResult(sum(successes) / k, sum(returns) / k, sum(lengths) / k, successes, video, lengths, tasks)
+
+
+def _video_envs(tasks: list[str], obs: dict, video_episodes: int) -> tuple[list[int], list[str] | None]:
+    """The envs a video shows: with more than one task in the batch, the first env of each task,
+    captioned with its instruction (a grid, embodied/eval/grid.py); else the first
+    `video_episodes` envs side by side, uncaptioned."""
+    first = {t: i for i, t in reversed(list(enumerate(tasks)))}
+    if len(first) > 1:
+        ids = sorted(first.values())
+        return ids, [obs["instruction"][i] if "instruction" in obs else tasks[i] for i in ids]
+    return list(range(min(video_episodes, len(tasks)))), None
+
+
+def _frame(frames: torch.Tensor, captions: list[str] | None) -> np.ndarray:
+    """uint8 [n, H, W, 3] -> one video frame: a captioned grid, or the frames side by side."""
+    if captions is None:
+        return _tile(frames)
+    from embodied.eval.grid import grid
+
+    return grid(frames.numpy(), captions)
 
 
 def _tile(frames: torch.Tensor) -> np.ndarray:
