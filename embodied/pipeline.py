@@ -123,6 +123,8 @@ def run_pipeline(run_dir: Path, collect: CollectStage, sft_cfg: Any, rl_cfg: Any
                "rl_checkpoint": rl.get("checkpoint"), "video": rl.get("video"), "plot": str(png),
                "tensorboard": [str(Path(sft_cfg.run_dir) / "tb"), rl["tensorboard"]],
                "eval_curve": rl["eval_curve"], "wall_seconds": round(time.time() - t0, 1)}
+    if "eval_per_task" in rl:  # a multi-task run: each task's success at every evaluation
+        summary["eval_per_task"] = rl["eval_per_task"]
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
 

@@ -61,7 +61,10 @@ def train(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, 
         collector.reset(seed=tc.seed)
         if collector.obs is not None:
             policy.update_normalizer(collector.obs)
-        summary["success_before"] = evaluate(policy, eval_env, seeds, tc.eval_deterministic).success_rate
+        before = evaluate(policy, eval_env, seeds, tc.eval_deterministic)
+        summary["success_before"] = before.success_rate
+        if len(before.per_task()) > 1:  # a multi-task run: each task's start too
+            summary["eval_per_task"] = [(0, before.per_task())]
         summary["eval_curve"] = [(0, summary["success_before"])]
 
     logger = Logger(run_dir / "tb", tc.total_steps, env_steps, tc.progress)
