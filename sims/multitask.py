@@ -135,10 +135,8 @@ class MultiExpert:
     given to its task's expert (its privileged columns first; the zero padding after them is
     ignored by the MuJoCo tasks' experts, which read their own layout's columns)."""
 
-    def __init__(self, task: str):
-        from sims.registry import expert_for
-
-        self.experts = [expert_for(t) for t in parse_multi(task)]
+    def __init__(self, experts: list[Any]):
+        self.experts = experts  # one per task, in the env's order (sims.registry.expert_for builds them)
 
     def __call__(self, privileged: np.ndarray) -> np.ndarray:
         blocks = np.array_split(np.asarray(privileged), len(self.experts))

@@ -113,9 +113,9 @@ def expert_for(task: str) -> Callable[[np.ndarray], np.ndarray]:
     gives MetaWorld's scripted policies, run in the side venv (sims/metaworld/expert.py, A = 4;
     it has close())."""
     if task.startswith("multi:"):
-        from sims.multitask import MultiExpert
+        from sims.multitask import MultiExpert, parse_multi
 
-        return MultiExpert(task)
+        return MultiExpert([expert_for(t) for t in parse_multi(task)])
     if task.startswith("metaworld:"):
         from sims.metaworld.expert import expert_for as mw_expert_for
 
