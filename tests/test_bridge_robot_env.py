@@ -18,7 +18,8 @@ import torch
 from robot_bridge import ros_types as rt
 from robot_bridge.robot_env import RobotEnv, RobotEnvConfig
 from robot_bridge.safety import SafetyConfig, SafetyFilter
-from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, make_transport
+from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS
+from robot_bridge.transport_factory import make_transport
 from sims.vecenv import EnvError
 from test_bridge_safety import TIGHT, fuzz_actions
 

@@ -19,8 +19,9 @@ import yaml
 
 from robot_bridge import ros_types as rt
 from robot_bridge.safety import SafetyConfig, SafetyFilter
-from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, make_transport
+from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS
 
+from robot_bridge.transport_factory import make_transport
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "embodied.cli"]
 

@@ -12,7 +12,8 @@ import torch
 from embodied.robot_rl.config import FinetuneConfigError, config_from_dict
 from embodied.robot_rl.labels import LabelConfig, Labels
 from robot_bridge import ros_types as rt
-from robot_bridge.transport import COMMAND_QOS, make_transport
+from robot_bridge.transport import COMMAND_QOS
+from robot_bridge.transport_factory import make_transport
 from sims.vecenv import EnvError
 
 
