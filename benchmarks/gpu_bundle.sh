@@ -11,8 +11,9 @@
 # image's package list is in the GPU machine's notes; numpy, scipy, h5py, matplotlib, lxml,
 # opencv (headless), pyyaml, tqdm, huggingface_hub, imageio, tensorboard ... are there.
 # mani-skill's wheel is 100 MB, mostly robot and scene assets that the Panda tabletop tasks do
-# not load, and SAPIEN's carries a denoiser, C++ headers and macOS libraries: pruning those
-# keeps the bundle under the 64 MiB a device call may carry (the archive is about 45 MB).
+# not load, and SAPIEN's carries C++ headers, a stereo-sensor pattern and macOS libraries (its
+# denoiser stays: pysapien links it): pruning those keeps the bundle under the 64 MiB a device
+# call may carry.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=.whl
@@ -51,7 +52,7 @@ rm -rf "$MS"/assets/robots/panda/realsense2_description "$MS"/assets/robots/pand
 for d in replicacad robocasa ai2thor kitchen_counter; do
     find "$MS/utils/scene_builder/$d" -type f ! -name '*.py' -delete
 done
-rm -rf "$SITE"/sapien/oidn_library "$SITE"/sapien/include "$SITE"/sapien/vulkan_library/*.dylib \
+rm -rf "$SITE"/sapien/include "$SITE"/sapien/vulkan_library/*.dylib \
        "$SITE"/sapien/sensor/assets
 find "$SITE" -name '__pycache__' -prune -exec rm -rf {} +
 tar -C "$SITE" -cf - . | xz -T0 -6 > "$OUT/gpu-site.tar.xz"

@@ -23,6 +23,7 @@ with machine, date and commit) is printed and written to --out.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -172,7 +173,7 @@ def part_vla(limit: float) -> None:
     from policies.vla.pretrained.presets import PRESETS
 
     dev = torch.device("cuda")
-    cfg = PRESETS["pi0"]()
+    cfg = dataclasses.replace(PRESETS["pi0"](), noise_method="flow_noise")  # pi_RL's exploration
     t = time.perf_counter()
     with dev:
         policy = FlowVLA(cfg)
