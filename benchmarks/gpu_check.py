@@ -168,7 +168,7 @@ def part_vla(limit: float) -> None:
 
     import torch
 
-    from embodied.algorithms.ppo import ppo_policy_loss
+    from embodied.rl.algorithms.ppo import ppo_policy_loss
     from policies.vla.flow import FlowVLA
     from policies.vla.pretrained.presets import PRESETS
 

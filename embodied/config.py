@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 import yaml
 
+from embodied.run.device import DeviceError, check_device
+
 
 class ConfigError(ValueError):
     """A bad config key or value; the message is one line."""
@@ -124,6 +126,9 @@ class TrainConfig:
     save_every: int = 10  # iterations
     torch_threads: int = 0  # 0 = leave torch's default
     progress: bool = True
+    # where the policy, the rollout buffers and the learner live: auto (CUDA when present), cpu,
+    # cuda or cuda:N (embodied/run/device.py); ManiSkill envs then run on physx_cuda / physx_cpu
+    device: str = "auto"
     # Roles (docs/distributed.md): null/null keeps the single-process loop of embodied/rl/train.py;
     # setting either runs env workers, rollout and learner as roles (backend null means local).
     backend: Literal["local", "ray"] | None = None
@@ -168,6 +173,10 @@ def config_from_dict(raw: dict[str, Any], overrides: list[str] = ()) -> Experime
             raise ConfigError(f"override {item!r}: expected key=value, e.g. ppo.lr=1e-3")
         _set_dotted(raw, key.strip(), yaml.safe_load(value))
     cfg = from_dict(ExperimentConfig, raw)
+    try:
+        check_device(cfg.train.device)
+    except DeviceError as e:
+        raise ConfigError(str(e)) from None
     _check_across_sections(cfg)
     _check_randomization(cfg.env)
     _check_roles(cfg)

@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 import torch
 
+from embodied.run.device import resolve_device
 from embodied.run.checkpoint import load_checkpoint, save_checkpoint
 from embodied.config import EnvConfig, ExperimentConfig, config_from_dict, to_dict
 from embodied.eval.evaluate import EvalResult, evaluate
@@ -22,8 +23,12 @@ from sims.vecenv import VecEnv
 EVAL_SEED_BASE = 1_000_000  # evaluation seeds never overlap training seeds
 
 
-def build_env(cfg: EnvConfig, num_envs: int | None = None) -> VecEnv:
+def build_env(cfg: EnvConfig, num_envs: int | None = None, device: torch.device | None = None) -> VecEnv:
+    """The env of cfg; with a device, ManiSkill tasks run where it is (physx_cuda on CUDA, so
+    observations never leave the GPU; physx_cpu on the CPU)."""
     extra = {"cameras": tuple(cfg.cameras)} if cfg.obs_mode == "rgb" else {}
+    if device is not None and cfg.task.startswith("ms:"):
+        extra["sim_backend"] = "physx_cuda" if device.type == "cuda" else "physx_cpu"
     if cfg.rollout != "mean":
         extra["rollout"] = cfg.rollout
     if cfg.model_noise != 0.0:
@@ -44,7 +49,7 @@ def config_from_checkpoint(path: str | Path, overrides: list[str] = ()) -> Exper
 
 
 def build_algorithm(cfg: ExperimentConfig, env: VecEnv, policy: Any) -> tuple[Any, Any]:
-    """(collector, learner) for cfg.train.algorithm."""
+    """(collector, learner) for cfg.train.algorithm, on the policy's device."""
     if cfg.train.algorithm == "grpo":
         collector = GroupCollector(env, policy, cfg.grpo.group_size, seed=cfg.train.seed)
         return collector, GRPOLearner(policy, cfg.ppo, cfg.grpo)
@@ -96,11 +101,12 @@ def train(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, 
     if tc.torch_threads:
         torch.set_num_threads(tc.torch_threads)
     torch.manual_seed(tc.seed)
+    device = resolve_device(tc.device)
 
-    env = build_env(cfg.env)
-    policy = build_policy(cfg.policy, env.spec, per_action_value=cfg.ppo.reward_level == "action")
+    env = build_env(cfg.env, device=device)
+    policy = build_policy(cfg.policy, env.spec, per_action_value=cfg.ppo.reward_level == "action").to(device)
     collector, learner = build_algorithm(cfg, env, policy)
-    eval_env = build_env(cfg.env, min(tc.eval_episodes, 64))
+    eval_env = build_env(cfg.env, min(tc.eval_episodes, 64), device=device)
     seeds = eval_seeds(tc.eval_episodes)
 
     it, env_steps, summary = 0, 0, {}
@@ -120,7 +126,7 @@ def train(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, 
         summary["eval_curve"] = [(0, summary["success_before"])]
 
     logger = Logger(run_dir / "tb", tc.total_steps, env_steps, tc.progress)
-    logger.print(f"run {run_dir}: {tc.algorithm} on {cfg.env.task}, {env.num_envs} envs, {tc.total_steps} env "
+    logger.print(f"run {run_dir}: {tc.algorithm} on {cfg.env.task}, {env.num_envs} envs on {device}, {tc.total_steps} env "
                  f"steps; success before training {summary['success_before']:.2f}")
     def trainer_state() -> dict[str, Any]:
         return {"learner": learner.state_dict(), "env": env.state_dict(), "collector": collector.state_dict(),

@@ -49,11 +49,17 @@ def load_config(path: Path, overrides: list[str]):
         key, sep, value = item.partition("=")
         if not sep:
             raise EnvError(f"override {item!r}: expected key=value")
-        raw[key] = yaml.safe_load(value) if value else ""
+        raw["device" if key == "train.device" else key] = yaml.safe_load(value) if value else ""
     known = {f.name for f in fields(WorldModelConfig)}
     bad = sorted(set(raw) - known)
     if bad:
         raise EnvError(f"world_model.{bad[0]}: unknown field; allowed: {', '.join(sorted(known))}")
+    from embodied.run.device import DeviceError, check_device
+
+    try:
+        check_device(raw.get("device", "auto"), "world_model.device")
+    except DeviceError as e:
+        raise EnvError(str(e)) from None
     if "dataset" in raw and raw["dataset"] is not None:
         raw["dataset"] = str(raw["dataset"])
     return WorldModelConfig(**raw)

@@ -138,7 +138,7 @@ class FlowVLA(VLAPolicy):
             mean, g = sde_step(x, v, t, dt, self.config.sde_noise_level)
             std = std + g
         elif method == "flow_noise":
-            std = self.noise_head(h, self.config.noise_std_min, self.config.noise_std_max)
+            std = self.noise_head(h, self.config.noise_std_min, self.config.noise_std_max).float()
         A = self.config.action_dim
         mean = torch.cat([mean[..., :A], ode[..., A:]], dim=-1)
         std = torch.cat([std[..., :A], torch.zeros_like(std[..., A:])], dim=-1)
