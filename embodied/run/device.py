@@ -93,8 +93,11 @@ def policy_act(policy: Any, obs: dict[str, Any], deterministic: bool = True) -> 
         return policy.act(to_device(obs, device), deterministic=deterministic)
 
 
-def module_device(module: torch.nn.Module) -> torch.device:
-    """Where a module's parameters are (the CPU for a module without any)."""
+def module_device(module: Any) -> torch.device:
+    """Where a module's parameters are; the CPU for a module without any, or for an object that
+    only acts like a policy (a wrapper over roles) unless it says otherwise with `.device`."""
+    if not isinstance(module, torch.nn.Module):
+        return torch.device(getattr(module, "device", None) or "cpu")
     for p in module.parameters():
         return p.device
     return torch.device("cpu")

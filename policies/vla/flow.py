@@ -149,7 +149,7 @@ class FlowVLA(VLAPolicy):
         """The denoising times float32 [steps]: t_i = 1 - i / steps, i = 0 .. steps - 1 (t_0 = 1 is
         pure noise). Sampling and scoring both index this one grid, so the time embedding sees
         bit-identical t in act and in evaluate."""
-        return (1.0 - torch.arange(steps, dtype=torch.float64) / steps).float().to(device)
+        return (1.0 - torch.arange(steps, dtype=torch.float64, device=device) / steps).float()
 
     @torch.no_grad()
     def sample(self, prefix: Prefix, state: torch.Tensor, noise: torch.Tensor, steps: int,
