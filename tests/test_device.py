@@ -73,8 +73,12 @@ class DeviceAudit(TorchFunctionMode):
         return str(Path(f.f_code.co_filename).relative_to(ROOT)), f.f_code.co_name
 
 
-def _audit(overrides: list[str]) -> list[str]:
-    cfg = load_config(None, ["train.device=cpu", *overrides])
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, CUDA])]
+
+
+def _audit(overrides: list[str], device: str = "cpu") -> list[str]:
+    cfg = load_config(None, [f"train.device={device}", *overrides])
     device = resolve_device(cfg.train.device)
     env = build_env(cfg.env, device=device)
     policy = build_policy(cfg.policy, env.spec).to(device)
@@ -90,13 +94,15 @@ def _audit(overrides: list[str]) -> list[str]:
     return sorted(set(audit.bad))
 
 
-def test_ppo_rollout_and_update_stay_on_the_device():
+@pytest.mark.parametrize("device", DEVICES)
+def test_ppo_rollout_and_update_stay_on_the_device(device):
     bad = _audit(["env.task=PushCube", "env.num_envs=4", "env.num_threads=1", "ppo.rollout_steps=60",
-                  "ppo.epochs=2", "ppo.minibatches=2"])  # 60 steps: episodes end, auto-reset
+                  "ppo.epochs=2", "ppo.minibatches=2"], device)  # 60 steps: episodes end, auto-reset
     assert not bad, "\n".join(bad)
 
 
-def test_grpo_flow_vla_rollout_and_update_stay_on_the_device(tmp_path):
+@pytest.mark.parametrize("device", DEVICES)
+def test_grpo_flow_vla_rollout_and_update_stay_on_the_device(tmp_path, device):
     from policies.vla.config import FlowVLAConfig
     from policies.vla.flow import FlowVLA
 
@@ -106,7 +112,7 @@ def test_grpo_flow_vla_rollout_and_update_stay_on_the_device(tmp_path):
                           noise_method="flow_noise")).save_pretrained(tmp_path / "vla")
     bad = _audit(["env.task=Reach", "env.num_envs=4", "env.num_threads=1", "env.obs_mode=rgb", "env.image_size=32",
                   "policy.name=flow_vla", f"policy.init_from={tmp_path / 'vla'}", "train.algorithm=grpo", "grpo.group_size=2", "grpo.filter_groups=false",
-                  "ppo.epochs=1", "ppo.minibatches=1"])
+                  "ppo.epochs=1", "ppo.minibatches=1"], device)
     assert not bad, "\n".join(bad)
 
 
@@ -138,3 +144,19 @@ def test_device_setting_values():
             resolve_device("cuda:0")
     with pytest.raises(ConfigError, match="train.device"):
         load_config(None, ["train.device=tpu"])
+
+
+@pytest.mark.cuda
+@CUDA
+@pytest.mark.parametrize("first,then", [("cuda", "cpu"), ("cpu", "cuda")])
+def test_a_checkpoint_moves_between_devices(tmp_path, first, then):
+    """Train two iterations on one device, resume on the other for two more: weights, optimiser
+    state, normaliser and collector state follow the device the run continues on."""
+    from embodied.rl.train import train
+
+    base = ["env.task=PushCube", "env.num_envs=8", "env.num_threads=1", "ppo.rollout_steps=8", "ppo.epochs=1",
+            "train.eval_episodes=4", "train.eval_every=0", "train.save_every=1", "train.video_episodes=0",
+            "train.progress=false", f"train.run_dir={tmp_path / 'run'}"]
+    one = train(load_config(None, [*base, f"train.device={first}", "train.total_steps=128"]))
+    two = train(load_config(None, [*base, f"train.device={then}", "train.total_steps=256"]), resume=one["checkpoint"])
+    assert two["iterations"] == 4 and two["env_steps"] == 256
