@@ -34,7 +34,8 @@ ALLOWED = {
     #                                        the minibatch permutation drawn on the CPU generator
     ("embodied/rl/learner.py", "update"),  # the iteration's stats (float())
     ("embodied/rl/learner.py", "explained_variance"),  # one stat per iteration
-    ("embodied/rl/episodes.py", "collect"),  # GRPO's group seeds: they go to env.reset as ints
+    ("embodied/rl/episodes.py", "_group_seeds"),  # GRPO's group seeds: they go to env.reset as ints
+    ("embodied/run/device.py", "to_env"),  # actions to a CPU simulator: one copy per step
     ("embodied/rl/learner.py", "minibatch"),  # instructions of a minibatch's rows (VLAs)
     ("policies/tokenizer.py", "batch"),  # token ids of the instructions: strings live on the host, one copy per forward
 }

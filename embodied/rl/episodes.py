@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from embodied.rl.rollout import EpisodeTally, env_step, stack_steps, tensor_obs
-from embodied.run.device import autocast, module_device, to_device, uses_bf16
+from embodied.run.device import autocast, module_device, to_device, to_env, uses_bf16
 from embodied.rl.trajectory import Trajectory
 from sims.vecenv import EnvError, VecEnv
 
@@ -37,11 +37,8 @@ class GroupCollector:
 
     @torch.no_grad()
     def collect(self) -> Trajectory:
-        B, G, dev = self.env.num_envs, self.group_size, self.device
-        group_ids = torch.arange(self.num_groups).repeat_interleave(G)  # [B]
-        group_seeds = torch.randint(2**31 - 1, (self.num_groups,), generator=self.rng)
-        seeds = group_seeds[group_ids].tolist()
-        group_ids = group_ids.to(dev)
+        B, dev = self.env.num_envs, self.device
+        group_ids, seeds = self._group_seeds()
         obs = to_device(self.env.reset(seed=seeds)[0], dev)
         active = torch.ones(B, dtype=torch.bool, device=dev)
         ret, length = torch.zeros(B, device=dev), torch.zeros(B, dtype=torch.long, device=dev)
@@ -51,7 +48,7 @@ class GroupCollector:
         while active.any():
             with autocast(dev, self.bf16):
                 out = self.policy.act(obs)
-            res = to_device(env_step(self.env, out.actions.to(self.env_device, non_blocking=True)), dev)
+            res = to_device(env_step(self.env, to_env(out.actions, self.env_device)), dev)
             success = res.info["success"].any(1)
             steps.append(dict(
                 obs=tensor_obs(obs), instructions=list(obs.get("instruction", [])),
@@ -69,6 +66,13 @@ class GroupCollector:
         self.tally.add(ret, length, succ, torch.ones_like(succ))
         mask = torch.stack([s.pop("mask") for s in steps])
         return stack_steps(steps, zeros, group_ids=group_ids, episode_mask=mask)
+
+    def _group_seeds(self) -> tuple[torch.Tensor, list[int]]:
+        """(group ids int64 [B] on the device, each env's reset seed): the seeds are drawn on the
+        host, where env.reset takes them."""
+        group_ids = torch.arange(self.num_groups).repeat_interleave(self.group_size)  # [B]
+        group_seeds = torch.randint(2**31 - 1, (self.num_groups,), generator=self.rng)
+        return group_ids.to(self.device), group_seeds[group_ids].tolist()
 
     def pop_episode_stats(self) -> dict[str, float]:
         """Mean return, length and success of the episodes collected since the last call."""

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from embodied.rl.trajectory import Trajectory
-from embodied.run.device import autocast, module_device, to_device, uses_bf16
+from embodied.run.device import autocast, module_device, to_device, to_env, uses_bf16
 from sims.vecenv import ChunkStepResult, Obs, StepResult, VecEnv
 
 
@@ -120,7 +120,7 @@ class RolloutCollector:
         for _ in range(self.num_steps):
             obs = self.obs
             out = self.act(obs)
-            res = to_device(env_step(self.env, out.actions.to(self.env_device, non_blocking=True)), dev)
+            res = to_device(env_step(self.env, to_env(out.actions, self.env_device)), dev)
             done = res.done  # [B]
             term = res.terminated.any(1)
             trunc = res.truncated.any(1) & ~term

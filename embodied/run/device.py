@@ -85,6 +85,12 @@ def to_device(tree: Any, device: torch.device) -> Any:
     return tree
 
 
+def to_env(actions: torch.Tensor, env_device: torch.device) -> torch.Tensor:
+    """Actions for the env, on its device: a no-op for an env on the policy's device (ManiSkill on
+    physx_cuda), the one host copy per step for a CPU simulator (MuJoCo, LIBERO, ManiSkill on the CPU)."""
+    return actions.to(env_device, non_blocking=True)
+
+
 def policy_act(policy: Any, obs: dict[str, Any], deterministic: bool = True) -> Any:
     """policy.act on its own device and precision, for the one-observation paths (serve, the
     robot in sim2real): obs are moved there; the caller takes the actions back with .cpu()."""
