@@ -58,6 +58,21 @@ find "$SITE" -name '__pycache__' -prune -exec rm -rf {} +
 tar -C "$SITE" -cf - . | xz -T0 -6 > "$OUT/gpu-site.tar.xz"
 echo "gpu_bundle: $OUT/gpu-site.tar.xz $(du -m "$OUT/gpu-site.tar.xz" | cut -f1) MB ($(du -sm "$SITE" | cut -f1) MB unpacked)"
 
+# SAPIEN's GPU PhysX (libPhysXGpu_64.so): SAPIEN downloads it from github.com on the first physx_cuda
+# env; a machine that cannot reach github.com needs it carried. The version is sapien.physx.version()
+# of the pinned SAPIEN (3.0.3). Where github.com cannot be reached from here either, the bundle goes
+# without it and the GPU check skips the physx_cuda parts, saying why.
+PHYSX_VERSION=105.1-physx-5.3.1.patch0
+if [ ! -f "$OUT/physx-$PHYSX_VERSION.zip" ]; then
+    if curl -fsSL --max-time 300 -o "$OUT/physx-$PHYSX_VERSION.zip.part" \
+        "https://github.com/sapien-sim/physx-precompiled/releases/download/$PHYSX_VERSION/linux-so.zip"; then
+        mv "$OUT/physx-$PHYSX_VERSION.zip.part" "$OUT/physx-$PHYSX_VERSION.zip"
+    else
+        rm -f "$OUT/physx-$PHYSX_VERSION.zip.part"
+        echo "gpu_bundle: WARNING: github.com unreachable: no PhysX GPU library in the bundle (physx_cuda will not run)" >&2
+    fi
+fi
+
 # Vulkan / EGL loaders for the GPU machine (its driver brings the ICD, not always the loader).
 mkdir -p .gl /tmp/gpu-bundle-apt/partial
 if ! ls .gl/libvulkan1_*.deb >/dev/null 2>&1; then

@@ -15,6 +15,11 @@ fi
 if [ -f "$BUNDLE/.whl/gpu-site.tar.xz" ] && [ ! -d /tmp/gpu-site/mani_skill ]; then
     mkdir -p /tmp/gpu-site && tar -xJf "$BUNDLE/.whl/gpu-site.tar.xz" -C /tmp/gpu-site
 fi
+for z in "$BUNDLE"/.whl/physx-*.zip; do  # SAPIEN's GPU PhysX, where SAPIEN looks for it
+    [ -f "$z" ] || continue
+    v=$(basename "$z" .zip); v=${v#physx-}
+    mkdir -p "$HOME/.sapien/physx/$v" && unzip -oq "$z" -d "$HOME/.sapien/physx/$v"
+done
 export PYTHONPATH="/tmp/gpu-site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 MUJOCO_GL=egl PYTHONUNBUFFERED=1 MS_SKIP_ASSET_DOWNLOAD_PROMPT=1
 export MS_PPO_BASELINE=${MS_PPO_BASELINE:-.cache/peers/maniskill_ppo/ppo.py}

@@ -84,10 +84,14 @@ class ManiSkillVecEnv(VecEnv):
             raise EnvError("ManiSkill needs Vulkan: no NVIDIA driver and no lavapipe in .cache/lavapipe; "
                            "run `make maniskill` (or python -m sims.maniskill.lavapipe)")
         cuda = torch.cuda.is_available()
-        if sim_backend == "auto":
-            sim_backend = "physx_cuda" if cuda else "physx_cpu"
+        from sims.maniskill.backend import physx_gpu_error
+
+        if sim_backend == "auto":  # physx_cuda where CUDA and SAPIEN's GPU PhysX are, else physx_cpu
+            sim_backend = "physx_cuda" if cuda and physx_gpu_error() is None else "physx_cpu"
         if sim_backend == "physx_cuda" and not cuda:
             raise EnvError("sim_backend: physx_cuda needs a CUDA device; use physx_cpu")
+        if sim_backend == "physx_cuda" and physx_gpu_error() is not None:
+            raise EnvError(f"sim_backend: physx_cuda: {physx_gpu_error()}")
         if render_backend == "auto":
             render_backend = "gpu" if cuda else "cpu"
         dr = resolve(randomization, reality, sim_backend)  # before anything is built
