@@ -279,6 +279,8 @@ def machine() -> str:
 
 
 def commit() -> str:
+    if os.environ.get("GPU_CHECK_COMMIT"):  # a copy of the tree without its .git (a device machine)
+        return os.environ["GPU_CHECK_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                               text=True).stdout.strip() or os.environ.get("GPU_CHECK_COMMIT", "unknown")

@@ -12,7 +12,7 @@ import torch
 from embodied.rl.rollout import env_step
 from embodied.eval.video import write_mp4
 from sims.vecenv import VecEnv
-from embodied.run.device import autocast, module_device, to_device, to_env, uses_bf16
+from embodied.run.device import autocast, module_device, to_device, uses_bf16
 
 
 @dataclass
@@ -50,7 +50,7 @@ def evaluate(policy: Any, env: VecEnv, seeds: Sequence[int], deterministic: bool
 def _episodes(policy: Any, env: VecEnv, seeds: Sequence[int], deterministic: bool,
               video_path: str | Path | None, video_episodes: int) -> EvalResult:
     B, dev = env.num_envs, module_device(policy)  # the policy's device (embodied/run/device.py)
-    bf16, env_dev = uses_bf16(policy, dev), torch.device(getattr(env, "device", "cpu"))
+    bf16 = uses_bf16(policy, dev)
     successes, returns, lengths = [], [], []
     frames: list[np.ndarray] = []
     for start in range(0, len(seeds), B):
@@ -69,7 +69,7 @@ def _episodes(policy: Any, env: VecEnv, seeds: Sequence[int], deterministic: boo
         while active[:n].any():
             with autocast(dev, bf16):
                 out = policy.act(obs, deterministic=deterministic)
-            res = to_device(env_step(env, to_env(out.actions, env_dev)), dev)
+            res = env_step(env, out.actions, dev)
             ret += torch.where(active, res.reward.sum(1), torch.zeros_like(ret))
             length += torch.where(active, res.valid.sum(1), torch.zeros_like(length))
             succ |= active & res.info["success"].any(1)

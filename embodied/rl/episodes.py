@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from embodied.rl.rollout import EpisodeTally, env_step, stack_steps, tensor_obs
-from embodied.run.device import autocast, module_device, to_device, to_env, uses_bf16
+from embodied.run.device import autocast, module_device, to_device, uses_bf16
 from embodied.rl.trajectory import Trajectory
 from sims.vecenv import EnvError, VecEnv
 
@@ -32,7 +32,6 @@ class GroupCollector:
         self.rng = torch.Generator().manual_seed(seed)  # the group seeds' stream (host: seeds go to the env)
         self.device = torch.device(device) if device is not None else module_device(policy)
         self.bf16 = uses_bf16(policy, self.device) if bf16 is None else bf16
-        self.env_device = torch.device(getattr(env, "device", "cpu"))
         self.tally = EpisodeTally(self.device)
 
     @torch.no_grad()
@@ -48,7 +47,7 @@ class GroupCollector:
         while active.any():
             with autocast(dev, self.bf16):
                 out = self.policy.act(obs)
-            res = to_device(env_step(self.env, to_env(out.actions, self.env_device)), dev)
+            res = env_step(self.env, out.actions, dev)
             success = res.info["success"].any(1)
             steps.append(dict(
                 obs=tensor_obs(obs), instructions=list(obs.get("instruction", [])),

@@ -24,11 +24,16 @@ def as_chunk(res: StepResult) -> ChunkStepResult:
     )
 
 
-def env_step(env: VecEnv, actions: torch.Tensor) -> ChunkStepResult:
-    """Execute chunks [B, K, A]; K = 1 takes the plain step path."""
+def env_step(env: VecEnv, actions: torch.Tensor, device: torch.device | None = None) -> ChunkStepResult:
+    """Execute chunks [B, K, A] (on any device); K = 1 takes the plain step path. The actions go
+    to the env's device (to_env); with `device`, the result comes back there (to_device) before
+    anything else touches it."""
+    env_dev = torch.device(getattr(env, "device", "cpu"))
     if actions.shape[1] == 1:
-        return as_chunk(env.step(actions[:, 0]))
-    return env.chunk_step(actions)
+        res = env.step(to_env(actions[:, 0], env_dev))
+        return as_chunk(res if device is None else to_device(res, device))
+    res = env.chunk_step(to_env(actions, env_dev))
+    return res if device is None else to_device(res, device)
 
 
 def start_value(value: torch.Tensor) -> torch.Tensor:
@@ -82,7 +87,7 @@ class RolloutCollector:
 
     device: where observations, actions, the rollout buffers and episode sums live (default: the
     policy's). Env outputs are moved there once per step (a no-op for an env already on it, e.g.
-    ManiSkill on physx_cuda); actions go to the env's device. bf16: autocast the policy's act
+    ManiSkill on physx_cuda); actions go to the env's device (env_step). bf16: autocast the policy's act
     (default: VLAs on CUDA, embodied/run/device.py)."""
 
     def __init__(self, env: VecEnv, policy: Any, num_steps: int, device: torch.device | str | None = None,
@@ -90,7 +95,6 @@ class RolloutCollector:
         self.env, self.policy, self.num_steps = env, policy, num_steps
         self.device = torch.device(device) if device is not None else module_device(policy)
         self.bf16 = uses_bf16(policy, self.device) if bf16 is None else bf16
-        self.env_device = torch.device(getattr(env, "device", "cpu"))
         B = env.num_envs
         self.obs: Obs | None = None
         self.ep_return = torch.zeros(B, device=self.device)
@@ -120,7 +124,7 @@ class RolloutCollector:
         for _ in range(self.num_steps):
             obs = self.obs
             out = self.act(obs)
-            res = to_device(env_step(self.env, to_env(out.actions, self.env_device)), dev)
+            res = env_step(self.env, out.actions, dev)
             done = res.done  # [B]
             term = res.terminated.any(1)
             trunc = res.truncated.any(1) & ~term

@@ -72,9 +72,9 @@ def autocast(device: torch.device, enabled: bool) -> Iterator[None]:
 
 
 def to_device(tree: Any, device: torch.device) -> Any:
-    """Tensors of a dict / list / tuple / dataclass tree moved to device (non-blocking; no copy when already there)."""
-    if torch.is_tensor(tree):
-        return tree.to(device, non_blocking=True)
+    """Tensors of a dict / list / tuple / dataclass tree moved to device (no copy when already there)."""
+    if torch.is_tensor(tree):  # asynchronous only towards CUDA: a device-to-host copy must complete before use
+        return tree.to(device, non_blocking=device.type == "cuda")
     if dataclasses.is_dataclass(tree) and not isinstance(tree, type):  # StepResult, ChunkStepResult, ...
         return dataclasses.replace(tree, **{f.name: to_device(getattr(tree, f.name), device)
                                             for f in dataclasses.fields(tree) if f.init})
@@ -88,7 +88,7 @@ def to_device(tree: Any, device: torch.device) -> Any:
 def to_env(actions: torch.Tensor, env_device: torch.device) -> torch.Tensor:
     """Actions for the env, on its device: a no-op for an env on the policy's device (ManiSkill on
     physx_cuda), the one host copy per step for a CPU simulator (MuJoCo, LIBERO, ManiSkill on the CPU)."""
-    return actions.to(env_device, non_blocking=True)
+    return actions.to(env_device, non_blocking=env_device.type == "cuda")  # a copy to the host must block
 
 
 def policy_act(policy: Any, obs: dict[str, Any], deterministic: bool = True) -> Any:
