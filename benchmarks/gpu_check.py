@@ -353,17 +353,19 @@ def main() -> int:
     if bad:
         print(f"--parts: unknown {bad}; allowed: {', '.join(PARTS)}", file=sys.stderr)
         return 2
-    scale = min(1.0, args.budget / sum(limits[p] for p in parts))
+    reasons = {p: skip_reason(p) for p in parts}  # first: a skipped part's time goes to the others
+    running = [p for p in parts if reasons[p] is None]
+    scale = min(1.0, args.budget / max(sum(limits[p] for p in running), 1))
     t0 = time.perf_counter()
     rows, status = [], {}
     for n, p in enumerate(parts):
-        reason = skip_reason(p)
+        reason = reasons[p]
         if reason:
             status[p] = f"skipped: {reason}"
             print(f"gpu-check: {p} skipped: {reason}", flush=True)
             continue
         left = args.budget - (time.perf_counter() - t0)
-        after = sum(limits[q] * scale for q in parts[n + 1:])
+        after = sum(limits[q] * scale for q in running[running.index(p) + 1:])
         limit = min(max(limits[p] * scale, left - after - 15), max(left - 15, 10))
         print(f"gpu-check: {p} (limit {limit:.0f} s)", flush=True)
         got, status[p] = run_part(p, limit, args)
