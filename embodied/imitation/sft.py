@@ -26,8 +26,8 @@ from typing import Any, Callable, Literal
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from embodied.config import ConfigError, from_dict
-from embodied.run.device import DeviceError, check_device, resolve_device
+from embodied.config_loader import ConfigError, from_dict, load_mapping
+from embodied.run.device import DeviceError, check_device, flat_device_key, resolve_device
 
 
 @dataclass
@@ -69,23 +69,7 @@ class SFTConfig:
 
 def load_sft_config(path: str | Path, overrides: list[str] = ()) -> SFTConfig:
     """YAML file (a flat mapping of SFTConfig fields) plus key=value overrides; one-line errors."""
-    import yaml
-
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    raw = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping of SFT settings")
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"override {item!r}: expected key=value, e.g. lr=1e-4")
-        key = key.strip()
-        raw["device" if key == "train.device" else key] = yaml.safe_load(value)
-    if "train" in raw and isinstance(raw["train"], dict) and set(raw["train"]) == {"device"}:
-        raw["device"] = raw.pop("train")["device"]  # train: {device: ...} as in a training config
-    cfg = from_dict(SFTConfig, raw)
+    cfg = from_dict(SFTConfig, flat_device_key(load_mapping(path, overrides, what="SFT settings", example="lr=1e-4")))
     try:
         check_device(cfg.device, "device")
     except DeviceError as e:
@@ -241,7 +225,9 @@ def cmd_sft(args: argparse.Namespace) -> int:
     from embodied.data.lerobot import LeRobotDataset  # written alongside; the LeRobot v3 reader
     from sims.registry import make_env
 
-    cfg = load_sft_config(args.config, args.overrides)
+    from embodied.config_loader import find_config
+
+    cfg = load_sft_config(find_config(args.config), args.overrides)
     if not cfg.dataset:
         raise ConfigError("dataset: set the LeRobot dataset root, e.g. dataset=data/reach")
     dataset = LeRobotDataset(cfg.dataset, chunk_size=cfg.chunk_size)

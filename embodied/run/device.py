@@ -31,6 +31,16 @@ class DeviceError(ValueError):
     """A bad device setting; the message is one line."""
 
 
+def flat_device_key(raw: dict[str, Any]) -> dict[str, Any]:
+    """A flat config (sft, world-model) given `train.device` / `train: {device: ...}`, as `embodied
+    train` spells it, gets it as its own `device` key."""
+    train = raw.get("train")
+    if isinstance(train, dict) and set(train) == {"device"}:
+        raw = {k: v for k, v in raw.items() if k != "train"}
+        raw["device"] = train["device"]
+    return raw
+
+
 def check_device(spec: Any, field: str = "train.device") -> str:
     """The setting as a string if it has an allowed form (no CUDA needed); DeviceError otherwise."""
     s = str(spec).strip().lower() if spec is not None else ""
