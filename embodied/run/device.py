@@ -1,8 +1,9 @@
 """One device setting for every path that runs a policy or a learner.
 
-`train.device` (and the same key of `embodied sft`, `finetune-robot`, `world-model train`, and the
-`--device` of `eval`, `sim2real`, `serve`) takes:
-  auto     CUDA (device 0) when torch sees one, else the CPU
+`train.device` (read by `embodied train` and its roles, and by `embodied eval` among its overrides;
+`device` of `embodied sft` and `world-model train`, `learner.device` of `finetune-robot`, `--device` of
+`sim2real` and `serve`; docs/gpu.md) takes:
+  auto     the current CUDA device when torch sees one, else the CPU
   cpu      the CPU
   cuda     the current CUDA device (cuda:0 unless CUDA_VISIBLE_DEVICES / Ray says otherwise)
   cuda:N   CUDA device N
