@@ -150,4 +150,4 @@ gpu-bundle:
 	bash benchmarks/gpu_bundle.sh
 
 gpu-check:
-	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PY) benchmarks/gpu_check.py --out docs/results/gpu_check_table.md
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PY) benchmarks/gpu_check.py --out runs/gpu_check/table.md

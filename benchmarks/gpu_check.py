@@ -1,6 +1,6 @@
 """`make gpu-check`: what the toolkit does on one GPU, in one run, as one table.
 
-    python benchmarks/gpu_check.py [--out docs/results/gpu_check_table.md] [--parts tests,env,ppo,vla,pipeline]
+    python benchmarks/gpu_check.py [--out runs/gpu_check/table.md] [--parts tests,env,vla,pipeline,ppo]
                                    [--budget 460] [--baseline PATH/TO/ManiSkill/ppo.py]
 
 Parts, each in a child process under its own time limit (a part that runs out keeps the rows
@@ -335,7 +335,7 @@ def run_part(name: str, limit: float, args) -> tuple[list[list[str]], str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="docs/results/gpu_check_table.md")
+    ap.add_argument("--out", default="runs/gpu_check/table.md")
     ap.add_argument("--parts", default=",".join(PARTS), help="name[:seconds],... (default limits: %s)" % PARTS)
     ap.add_argument("--budget", type=float, default=450.0, help="seconds for all parts together")
     ap.add_argument("--baseline", default=os.environ.get("MS_PPO_BASELINE"), help="ManiSkill's ppo.py (a copy)")
