@@ -1,7 +1,7 @@
 """`make gpu-check`: what the toolkit does on one GPU, in one run, as one table.
 
     python benchmarks/gpu_check.py [--out runs/gpu_check/table.md] [--parts tests,env,vla,pipeline,ppo]
-                                   [--budget 460] [--baseline PATH/TO/ManiSkill/ppo.py]
+                                   [--budget 450] [--baseline PATH/TO/ManiSkill/ppo.py]
 
 Parts, each in a child process under its own time limit (a part that runs out keeps the rows
 it printed so far and says so; the limits are scaled down to fit --budget seconds in all):
