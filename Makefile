@@ -14,7 +14,7 @@ export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 
 MS_STAMP := $(VENV)/.maniskill
 
-.PHONY: setup maniskill demo test test-fast bench bench-learning clean
+.PHONY: setup maniskill demo test test-fast bench bench-learning clean gpu-bundle gpu-check
 
 setup: $(STAMP)
 
@@ -138,3 +138,16 @@ $(LIBERO_STAMP): $(LIBERO_REQS)
 
 clean:
 	rm -rf $(VENV) $(MPLIB_VENV) $(LIBERO_VENV) runs .cache/lavapipe
+
+# The GPU check (benchmarks/gpu_check.py, docs/gpu.md): one run, one table, under 8 minutes on one
+# H100; on a machine without CUDA it says which parts it skipped and exits 0. gpu-bundle (run
+# where a registry is reachable) puts the simulators' wheels, unpacked and pruned, into
+# .whl/gpu-site.tar.xz and the Vulkan loaders into .gl/, for a GPU machine that has PyTorch but
+# no network; there, `bash benchmarks/gpu_machine.sh` unpacks them and runs the check.
+GPU_PY := $(if $(wildcard $(PY)),$(PY),python3)
+
+gpu-bundle:
+	bash benchmarks/gpu_bundle.sh
+
+gpu-check:
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PY) benchmarks/gpu_check.py --out runs/gpu_check/table.md
