@@ -1,0 +1,116 @@
+"""Ray as users run it: a head and two worker hosts in network namespaces of this machine, each
+started by our launch/ray_head.sh and launch/ray_worker.sh (tests/netns_cluster.py), and
+`embodied train ... train.backend=ray train.placement.address=HEAD_IP:PORT` run by a driver on
+the head. The env workers go to the hosts labelled role=env; the run's weights equal the local
+run's; a worker host whose link is cut mid-run is replaced (its env worker rebuilt on the other
+host, its episodes dropped and counted), and when it comes back an env worker moves back to it.
+Every namespace, veth and process is removed afterwards. Root only (skipped otherwise)."""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from embodied.config import load_config
+from embodied.rl.train import train
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.ray
+pytest.importorskip("ray")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from netns_cluster import FAST_FAILURE, Host, NetnsCluster, usable  # noqa: E402
+
+if why := usable():
+    pytest.skip(why, allow_module_level=True)
+
+TINY = ["env.task=PushCube", "env.num_envs=8", "ppo.rollout_steps=8", "ppo.minibatches=2", "ppo.epochs=1",
+        "policy.hidden_sizes=[32,32]", "train.torch_threads=1", "train.eval_every=0", "train.eval_episodes=4",
+        "train.video_episodes=0", "train.progress=false"]
+ENV_ON_WORKERS = "{preset: disaggregated, env: {count: 2, num_cpus: 0.5, labels: {role: env}}%s}"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = NetnsCluster([Host("env0", 1, "role=env"), Host("env1", 1, "role=env")], env=FAST_FAILURE)
+    with c:
+        yield c
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert c.tag not in names  # torn down
+
+
+def train_on_head(c: NetnsCluster, run_dir: Path, *overrides: str) -> subprocess.Popen:
+    placement = ENV_ON_WORKERS % f", address: '{c.address}'"
+    argv = [sys.executable, "-m", "embodied.cli", "train", *TINY, "train.backend=ray",
+            f"train.placement={placement}", f"train.run_dir={run_dir}", *overrides]
+    return c.popen("head", argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                   env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+
+
+def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    latest = (run_dir / "checkpoints" / "latest").read_text().strip()
+    return load_file(str(run_dir / "checkpoints" / latest / "policy" / "model.safetensors"))
+
+
+def scalars(run_dir: Path, tag: str) -> list[float]:
+    acc = EventAccumulator(str(run_dir / "tb")).Reload()
+    return [e.value for e in acc.Scalars(tag)]
+
+
+def test_env_workers_on_the_worker_hosts_and_weights_equal_local(cluster, tmp_path):
+    proc = train_on_head(cluster, tmp_path / "cluster", "train.total_steps=256")
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    roles = next(line for line in out.splitlines() if line.startswith("roles:"))
+    assert f"env workers on {cluster.ips['env0']}, {cluster.ips['env1']}" in roles or \
+           f"env workers on {cluster.ips['env1']}, {cluster.ips['env0']}" in roles, roles  # one per host
+    assert f"learner(s) on {cluster.head_ip}" in roles, roles
+    local = tmp_path / "local"
+    train(load_config(None, TINY + ["train.total_steps=256", "train.backend=local", f"train.run_dir={local}",
+                                    f"train.placement={ENV_ON_WORKERS % ''}"]))
+    a, b = final_weights(tmp_path / "cluster"), final_weights(local)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def test_a_lost_host_is_replaced_and_used_again_when_it_returns(cluster, tmp_path):
+    run = tmp_path / "run"
+    proc = train_on_head(cluster, run, "train.total_steps=40000", "train.save_every=0")
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+
+    def wait_for(text: str, timeout: float) -> float:
+        t = time.time()
+        while not any(text in line for line in lines):
+            assert proc.poll() is None, "".join(lines)[-3000:]
+            assert time.time() - t < timeout, f"no {text!r} in {timeout}s:\n" + "".join(lines)[-3000:]
+            time.sleep(0.2)
+        return time.time() - t
+
+    try:
+        wait_for("roles:", 120)
+        time.sleep(2)  # a few iterations on both hosts
+        cluster.cut("env1")
+        lost_s = wait_for("lost: rebuilt", 90)
+        cluster.restore("env1")
+        cluster.restart("env1")  # the host returns: its Ray node starts again
+        wait_for(f"moved to {cluster.ips['env1']}", 90)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    reader.join(5)
+    text = "".join(lines)
+    assert proc.returncode == 0, text[-3000:]
+    dropped = scalars(run, "rollout/dropped_episodes")
+    assert dropped[-1] >= 4 and dropped[0] == 0, dropped  # the lost worker's 4 episodes in progress
+    assert scalars(run, "rollout/env_worker_restarts")[-1] >= 1
+    print(f"lost host detected and replaced after {lost_s:.1f}s")
