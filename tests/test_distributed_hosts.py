@@ -82,7 +82,7 @@ def test_env_workers_on_the_worker_hosts_and_weights_equal_local(cluster, tmp_pa
 
 def test_a_lost_host_is_replaced_and_used_again_when_it_returns(cluster, tmp_path):
     run = tmp_path / "run"
-    proc = train_on_head(cluster, run, "train.total_steps=40000", "train.save_every=0")
+    proc = train_on_head(cluster, run, "train.total_steps=6400", "train.save_every=0")
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()
@@ -97,7 +97,7 @@ def test_a_lost_host_is_replaced_and_used_again_when_it_returns(cluster, tmp_pat
 
     try:
         wait_for("roles:", 120)
-        time.sleep(2)  # a few iterations on both hosts
+        time.sleep(1)  # a few iterations on both hosts
         cluster.cut("env1")
         lost_s = wait_for("lost: rebuilt", 90)
         cluster.restore("env1")
