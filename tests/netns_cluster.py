@@ -196,6 +196,25 @@ class NetnsCluster:
         self.kill_all(name)
         return self.start_worker(name)
 
+    def kill_head(self) -> None:
+        """The head's Ray processes (GCS, raylet, ...) end; a driver there lives on."""
+        for pid in self.pids("head"):
+            try:
+                if Path(f"/proc/{pid}/comm").read_text().strip() in ("gcs_server", "raylet"):
+                    os.kill(pid, signal.SIGKILL)
+            except (OSError, ProcessLookupError):
+                pass
+
+    def new_head(self) -> dict[str, float]:
+        """A new head at the same address and every worker joined to it again (what is left of
+        the old cluster ended first) -> start-up seconds per host."""
+        for host in ["head", *self.ns]:
+            self.kill_all(host)
+        times = {"head": self.start_head()}
+        for h in self.workers:
+            times[h.name] = self.start_worker(h.name)
+        return times
+
     # --- teardown ------------------------------------------------------------------------
     def down(self) -> None:
         """Every process, namespace (veths go with it) and temp dir made here; never raises."""

@@ -114,3 +114,35 @@ def test_a_lost_host_is_replaced_and_used_again_when_it_returns(cluster, tmp_pat
     assert dropped[-1] >= 4 and dropped[0] == 0, dropped  # the lost worker's 4 episodes in progress
     assert scalars(run, "rollout/env_worker_restarts")[-1] >= 1
     print(f"lost host detected and replaced after {lost_s:.1f}s")
+
+
+def test_a_lost_head_ends_the_run_with_one_line_and_resume_continues_exactly(cluster, tmp_path):
+    """The head's GCS and raylet killed after the run's checkpoint at iteration 2: the driver
+    (alive on the head's host) prints one line and exits 2; on a new head `--resume` ends with
+    the weights of a whole local run."""
+    run = tmp_path / "run"
+    proc = train_on_head(cluster, run, "train.total_steps=1024", "train.save_every=2")
+    ckpt = run / "checkpoints" / "iter_000002"
+    t = time.time()
+    while not (ckpt / "policy" / "model.safetensors").exists() and proc.poll() is None and time.time() - t < 120:
+        time.sleep(0.05)
+    cluster.kill_head()
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 2, out[-3000:]
+    last = out.strip().splitlines()[-1]
+    assert last.startswith(f"the Ray head at {cluster.address} stopped answering; the run stopped (last "
+                           "checkpoint iter_"), out[-3000:]
+    assert f"embodied train --resume {run} train.placement.address=" in last
+    cluster.new_head()
+    resumed = cluster.popen("head", [sys.executable, "-m", "embodied.cli", "train", "--resume", str(run),
+                                     f"train.placement.address={cluster.address}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+    out, _ = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, out[-3000:]
+    local = tmp_path / "local"
+    train(load_config(None, TINY + ["train.total_steps=1024", "train.save_every=2", "train.backend=local",
+                                    f"train.run_dir={local}", f"train.placement={ENV_ON_WORKERS % ''}"]))
+    a, b = final_weights(run), final_weights(local)
+    for k in a:
+        assert torch.equal(a[k], b[k]), k

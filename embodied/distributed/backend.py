@@ -14,8 +14,13 @@ Both give futures: `backend.call(handle, "method", *args)` starts a call, `backe
 
 from __future__ import annotations
 
+import os
+import socket
+import sys
+import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import Any
+from typing import Any, Callable
 
 from embodied.distributed.placement import Placement, PlacementError, RoleSpec, check_address, check_fits, local_resources
 
@@ -110,6 +115,31 @@ class RayBackend:
         nodes = [n for n in ray.nodes() if n["Alive"]]
         check_fits(placement, ray.cluster_resources(), [n.get("Labels", {}) for n in nodes])
         self.actors: list[Any] = []
+        self.address = placement.address
+        self.stopped = threading.Event()  # ends the head watch
+
+    def watch_head(self, on_lost: Callable[[str], str], grace_s: float = 10.0, every_s: float = 1.0) -> None:
+        """When this driver joined a cluster ("host:port"): a daemon thread connects to the head
+        every every_s; once the head has not answered for grace_s, it prints on_lost(address),
+        one line, to stderr and ends this process with status 2 (Ray itself would wait a minute
+        for its GCS and end the driver with a stack of log lines)."""
+        if self.address is None or self.address == "auto":
+            return
+        host, port = self.address.rsplit(":", 1)
+
+        def watch() -> None:
+            silent_since = None
+            while not self.stopped.wait(every_s):
+                try:
+                    with socket.create_connection((host, int(port)), timeout=every_s):
+                        silent_since = None
+                except OSError:
+                    silent_since = silent_since or time.monotonic()
+                    if time.monotonic() - silent_since >= grace_s:
+                        print(on_lost(self.address), file=sys.stderr, flush=True)
+                        os._exit(2)
+
+        threading.Thread(target=watch, name="head-watch", daemon=True).start()
 
     def create(self, cls: type, spec: RoleSpec, *args: Any, threaded: bool = False, spread: bool = False,
                node: str | None = None, **kwargs: Any) -> Any:
@@ -167,6 +197,7 @@ class RayBackend:
                 for n in self.ray.nodes() if n["Alive"]]
 
     def shutdown(self) -> None:
+        self.stopped.set()
         for actor in self.actors:
             self.ray.kill(actor, no_restart=True)
         self.actors.clear()

@@ -63,6 +63,15 @@ def placed(backend: Any, collector: Any, learners: list[Any]) -> str:
             f"learner(s) on {hosts(learners)}")
 
 
+def head_lost(address: str, ckpt: Path | None, run_dir: Path) -> str:
+    """The one line a driver prints when the Ray head stopped answering."""
+    if ckpt is None:
+        return (f"the Ray head at {address} stopped answering before the run's first checkpoint; nothing to "
+                f"resume from: start a head and the run again")
+    return (f"the Ray head at {address} stopped answering; the run stopped (last checkpoint {ckpt.name}): start a "
+            f"head and resume with: embodied train --resume {run_dir} train.placement.address=HEAD_IP:PORT")
+
+
 class LearnerLostError(CheckpointError):
     """A learner died and the run cannot go on in process (no checkpoint, or no restarts left)."""
 
@@ -172,6 +181,7 @@ def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) ->
                      f"{summary['success_before']:.2f}")
         if backend_name == "ray":
             logger.print(placed(b, collector, learners))
+            b.watch_head(lambda address: head_lost(address, last_ckpt, run_dir))
         def roles() -> dict[str, Any]:
             """Every role's state for iteration it's checkpoint (end_iteration names it iter_<it>)."""
             nonlocal last_ckpt
