@@ -33,6 +33,8 @@ if why := usable():
 TINY = ["env.task=PushCube", "env.num_envs=8", "ppo.rollout_steps=8", "ppo.minibatches=2", "ppo.epochs=1",
         "policy.hidden_sizes=[32,32]", "train.torch_threads=1", "train.eval_every=0", "train.eval_episodes=4",
         "train.video_episodes=0", "train.progress=false"]
+# the longer runs: `make bench-cluster` (EMBODIED_CLUSTER_LONG=1); the suite runs the smoke test
+long_run = pytest.mark.skipif(not os.environ.get("EMBODIED_CLUSTER_LONG"), reason="make bench-cluster runs it")
 ENV_ON_WORKERS = "{preset: disaggregated, env: {count: 2, num_cpus: 0.5, labels: {role: env}}%s}"
 
 
@@ -116,6 +118,7 @@ def test_a_lost_host_is_replaced_and_used_again_when_it_returns(cluster, tmp_pat
     print(f"lost host detected and replaced after {lost_s:.1f}s")
 
 
+@long_run
 def test_a_lost_head_ends_the_run_with_one_line_and_resume_continues_exactly(cluster, tmp_path):
     """The head's GCS and raylet killed after the run's checkpoint at iteration 2: the driver
     (alive on the head's host) prints one line and exits 2; on a new head `--resume` ends with
@@ -146,3 +149,26 @@ def test_a_lost_head_ends_the_run_with_one_line_and_resume_continues_exactly(clu
     a, b = final_weights(run), final_weights(local)
     for k in a:
         assert torch.equal(a[k], b[k]), k
+
+
+@long_run
+def test_data_parallel_learners_on_two_hosts_equal_one_learner(cluster, tmp_path):
+    """learner.count=2 spread over two hosts: the ranks' gloo group runs over the veth link, and
+    the weights equal one local learner's within the data-parallel tests' tolerance."""
+    exact = ["ppo.minibatches=1", "ppo.normalize_advantages=false", "train.total_steps=256"]
+    learners = "{preset: disaggregated, env: {count: 1}, learner: {count: 2, num_cpus: 0.5}%s}"
+    argv = [sys.executable, "-m", "embodied.cli", "train", *TINY, *exact, "train.backend=ray",
+            "train.placement=" + learners % f", address: '{cluster.address}'",
+            f"train.run_dir={tmp_path / 'two'}"]
+    proc = cluster.popen("head", argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    roles = next(line for line in out.splitlines() if line.startswith("roles:"))
+    assert roles.split("learner(s) on ")[1].count(",") == 1, roles  # two hosts
+    one = tmp_path / "one"
+    train(load_config(None, TINY + exact + ["train.backend=local", f"train.run_dir={one}",
+                                            "train.placement={preset: disaggregated, env: {count: 1}}"]))
+    a, b = final_weights(tmp_path / "two"), final_weights(one)
+    for k in b:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6, msg=k)

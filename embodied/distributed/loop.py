@@ -50,7 +50,7 @@ def make_learners(cfg: ExperimentConfig, placement: Placement, backend: Any, spe
     network)."""
     world = placement.learner.count
     learners = [backend.create(LearnerWorker, placement.learner, cfg, spec, cfg.train.seed, 1, rank, world, None,
-                               threaded=learner_thread) for rank in range(world)]
+                               threaded=learner_thread, spread=world > 1) for rank in range(world)]
     if world > 1:
         master = backend.get(backend.call(learners[0], "rendezvous"))
         backend.get([backend.call(lrn, "join", master) for lrn in learners])
