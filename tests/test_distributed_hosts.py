@@ -55,6 +55,12 @@ def train_on_head(c: NetnsCluster, run_dir: Path, *overrides: str) -> subprocess
                    env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
 
 
+def hosts_of(roles: str, role: str) -> list[str]:
+    """The addresses in the run's "roles: env workers on A x2, B; rollout on ...; learner(s) on ..." line."""
+    part = next(p for p in roles.removeprefix("roles: ").split("; ") if p.startswith(role))
+    return [h.split(" x")[0] for h in part.split(" on ", 1)[1].split(", ")]
+
+
 def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
     latest = (run_dir / "checkpoints" / "latest").read_text().strip()
     return load_file(str(run_dir / "checkpoints" / latest / "policy" / "model.safetensors"))
@@ -69,10 +75,9 @@ def test_env_workers_on_the_worker_hosts_and_weights_equal_local(cluster, tmp_pa
     proc = train_on_head(cluster, tmp_path / "cluster", "train.total_steps=256")
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out[-3000:]
-    roles = next(line for line in out.splitlines() if line.startswith("roles:"))
-    assert f"env workers on {cluster.ips['env0']}, {cluster.ips['env1']}" in roles or \
-           f"env workers on {cluster.ips['env1']}, {cluster.ips['env0']}" in roles, roles  # one per host
-    assert f"learner(s) on {cluster.head_ip}" in roles, roles
+    roles = next(line for line in out.splitlines() if line.startswith("roles:")).strip()
+    assert sorted(hosts_of(roles, "env")) == sorted(cluster.ips.values()), roles  # one per worker host
+    assert hosts_of(roles, "learner") == hosts_of(roles, "rollout") == [cluster.head_ip], roles
     local = tmp_path / "local"
     train(load_config(None, TINY + ["train.total_steps=256", "train.backend=local", f"train.run_dir={local}",
                                     f"train.placement={ENV_ON_WORKERS % ''}"]))
@@ -165,10 +170,36 @@ def test_data_parallel_learners_on_two_hosts_equal_one_learner(cluster, tmp_path
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out[-3000:]
     roles = next(line for line in out.splitlines() if line.startswith("roles:"))
-    assert roles.split("learner(s) on ")[1].count(",") == 1, roles  # two hosts
+    assert len(hosts_of(roles.strip(), "learner")) == 2, roles  # two hosts
     one = tmp_path / "one"
     train(load_config(None, TINY + exact + ["train.backend=local", f"train.run_dir={one}",
                                             "train.placement={preset: disaggregated, env: {count: 1}}"]))
     a, b = final_weights(tmp_path / "two"), final_weights(one)
     for k in b:
         torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6, msg=k)
+
+
+@long_run
+def test_flow_vla_on_the_worker_hosts_equals_local(cluster, tmp_path):
+    """The tiny Flow-Noise VLA recipe (two cameras rendered on the worker hosts, a privileged
+    critic, token log-probs) from the head: the weights of backend local's run."""
+    from test_distributed_train import tiny_flow_vla
+
+    vla = tiny_flow_vla(tmp_path / "vla")
+    short = ["train.total_steps=128", "train.eval_every=0", "train.eval_episodes=2", "train.video_episodes=0",
+             "train.progress=false"]
+    placement = "{preset: disaggregated, env: {count: 2, num_cpus: 0.5, labels: {role: env}}%s}"
+    argv = [sys.executable, "-m", "embodied.cli", "train", *vla, *short, "train.backend=ray",
+            "train.placement=" + placement % f", address: '{cluster.address}'", f"train.run_dir={tmp_path / 'c'}"]
+    proc = cluster.popen("head", argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    roles = next(line for line in out.splitlines() if line.startswith("roles:"))
+    assert set(hosts_of(roles.strip(), "env")) <= set(cluster.ips.values()), roles  # on the worker hosts
+    train(load_config(None, vla + short + ["train.backend=local", f"train.run_dir={tmp_path / 'l'}",
+                                           "train.placement=" + placement % ""]))
+    a, b = final_weights(tmp_path / "c"), final_weights(tmp_path / "l")
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k

@@ -41,12 +41,13 @@ STALE_CLI = ["train", *TINY_CLI, "train.placement=pipelined", "train.save_every=
 
 
 def learner_pids() -> set[int]:
-    """The processes of this machine's Ray learner actors (Ray titles them ray::LearnerWorker...)."""
-    pids = set()
+    """The processes of this machine's Ray learner actors (Ray titles them ray::LearnerWorker...),
+    in this process's network namespace (not those of tests/test_distributed_hosts.py's hosts)."""
+    pids, here = set(), os.readlink("/proc/self/ns/net")
     for name in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{name}/cmdline", "rb") as f:
-                if f.read().startswith(b"ray::LearnerWorker"):
+                if f.read().startswith(b"ray::LearnerWorker") and os.readlink(f"/proc/{name}/ns/net") == here:
                     pids.add(int(name))
         except OSError:  # the process ended meanwhile
             pass
