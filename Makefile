@@ -66,10 +66,10 @@ bench-learning: setup
 # launch/ray_head.sh / launch/ray_worker.sh: the multi-host tests' longer runs (a lost head and
 # --resume, data-parallel learners on two hosts) and benchmarks/bench_cluster.py (two hosts
 # against one at the same CPUs, recovery from a lost host; docs/results/ray_multihost.md).
-# The suite runs the smoke test (tests/test_distributed_hosts.py without EMBODIED_CLUSTER_LONG).
+# The suite runs the smoke test (tests/distributed/test_distributed_hosts.py without EMBODIED_CLUSTER_LONG).
 .PHONY: bench-cluster
 bench-cluster: setup
-	EMBODIED_CLUSTER_LONG=1 $(PY) -m pytest -q tests/test_distributed_hosts.py
+	EMBODIED_CLUSTER_LONG=1 $(PY) -m pytest -q tests/distributed/test_distributed_hosts.py
 	$(PY) benchmarks/bench_cluster.py --out runs/bench_cluster.json
 
 # LeRobot's own dataset loader against ours, both ways (benchmarks/lerobot_check.py, docs/datasets.md);

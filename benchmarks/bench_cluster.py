@@ -1,6 +1,6 @@
 """Ray across hosts: the state PPO recipe (configs/ppo_pushcube.yaml) run by `embodied train`
 from a driver on a head host, with hosts made as network namespaces of this machine and started
-by launch/ray_head.sh and launch/ray_worker.sh (tests/netns_cluster.py; root only).
+by launch/ray_head.sh and launch/ray_worker.sh (tests/distributed/netns_cluster.py; root only).
 
     one host    the head alone with N logical CPUs: every role on it
     two hosts   the head (1 CPU, role=learner) and a worker host (N - 1 CPUs, role=env) with
@@ -8,7 +8,7 @@ by launch/ray_head.sh and launch/ray_worker.sh (tests/netns_cluster.py; root onl
     host loss   the head and two env hosts: one env host's link is cut after a few iterations,
                 brought back, and its Ray node started again. Measured: seconds from the cut to
                 the env worker rebuilt on the other host (Ray's health checks declare the host
-                dead first: tests/netns_cluster.py's FAST_FAILURE settings), seconds from the
+                dead first: tests/distributed/netns_cluster.py's FAST_FAILURE settings), seconds from the
                 host's return to an env worker moved back to it, episodes dropped.
 
 All hosts share this machine's cores: the two-host figure measures what the split and the
@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "distributed")]
 
 from netns_cluster import FAST_FAILURE, Host, NetnsCluster  # noqa: E402
 
@@ -90,7 +90,8 @@ def throughput(layout: str, cpus: float, iterations: int, steps_per_iter: int, t
     return {"layout": layout, "steps_per_second": statistics.median(sps), "roles": roles}
 
 
-def host_loss(cpus: float, iterations: int, steps_per_iter: int, tmp: Path) -> dict:
+def host_loss(cpus: float, iterations: int, steps_per_iter: int, tmp: Path, mode: str = "link") -> dict:
+    """mode "link": the host's link goes down; "raylet": its raylet is killed (SIGKILL)."""
     c = NetnsCluster([Host("env0", (cpus - 1) / 2, "role=env"), Host("env1", (cpus - 1) / 2, "role=env")],
                      head_cpus=1, env=FAST_FAILURE)
     with c:
@@ -100,7 +101,10 @@ def host_loss(cpus: float, iterations: int, steps_per_iter: int, tmp: Path) -> d
             wait_for(proc, lines, "roles:", 300)
             time.sleep(3)
             t_cut = time.time()
-            c.cut("env1")
+            if mode == "link":
+                c.cut("env1")
+            else:
+                os.kill(c.raylet_pid("env1"), 9)
             t_rebuilt = wait_for(proc, lines, "lost: rebuilt", 300)
             c.restore("env1")
             t_back = time.time()
@@ -111,7 +115,7 @@ def host_loss(cpus: float, iterations: int, steps_per_iter: int, tmp: Path) -> d
             if proc.poll() is None:
                 proc.kill()
         events = [ln.strip() for _, ln in lines if "lost: rebuilt" in ln or "moved to" in ln]
-        return {"cut_to_rebuilt_s": t_rebuilt - t_cut, "host_back_to_moved_s": t_moved - t_back,
+        return {"mode": mode, "cut_to_rebuilt_s": t_rebuilt - t_cut, "host_back_to_moved_s": t_moved - t_back,
                 "ray_worker_restart_s": restart_s, "dropped_episodes": tb_scalars(run, "rollout/dropped_episodes")[-1],
                 "env_worker_restarts": tb_scalars(run, "rollout/env_worker_restarts")[-1], "events": events,
                 "exit": proc.returncode}
@@ -123,31 +127,34 @@ def main() -> None:
     ap.add_argument("--loss-iterations", type=int, default=30)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cpus", type=float, default=3, help="logical Ray CPUs in all (one host / two hosts)")
+    ap.add_argument("--loss-modes", default="link,raylet", help="link (cut), raylet (killed), or both")
+    ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     steps_per_iter = 128 * 32  # configs/ppo_pushcube.yaml: 128 envs x ppo.rollout_steps 32
     results: dict = {"throughput": [], "host_loss": [], "load_before": os.getloadavg()}
     with tempfile.TemporaryDirectory(prefix="bench_cluster_") as tmp:
-        for r in range(args.repeats):
+        for r in range(0 if args.skip_throughput else args.repeats):
             for layout in ("one host", "two hosts") if r % 2 == 0 else ("two hosts", "one host"):
                 res = throughput(layout, args.cpus, args.iterations, steps_per_iter, Path(tmp))
                 results["throughput"].append(res)
                 print(f"{layout:10s} {res['steps_per_second']:8.1f} env steps/s   {res['roles']}", flush=True)
-        for _ in range(args.repeats):
-            res = host_loss(args.cpus, args.loss_iterations, steps_per_iter, Path(tmp))
+        for _, mode in ((r, m) for r in range(args.repeats) for m in args.loss_modes.split(",")):
+            res = host_loss(args.cpus, args.loss_iterations, steps_per_iter, Path(tmp), mode)
             results["host_loss"].append(res)
-            print(f"host loss: rebuilt {res['cut_to_rebuilt_s']:.1f}s after the cut, moved back "
+            print(f"host loss ({mode}): rebuilt {res['cut_to_rebuilt_s']:.1f}s after the cut, moved back "
                   f"{res['host_back_to_moved_s']:.1f}s after the host returned (ray_worker.sh "
                   f"{res['ray_worker_restart_s']:.1f}s), {res['dropped_episodes']:.0f} episodes dropped, exit "
                   f"{res['exit']}", flush=True)
     results["load_after"] = os.getloadavg()
-    med = {lay: statistics.median(x["steps_per_second"] for x in results["throughput"] if x["layout"] == lay)
-           for lay in ("one host", "two hosts")}
-    print(f"\n| layout | env steps/s (median of {args.repeats}) |\n| --- | --- |")
-    for lay, v in med.items():
-        print(f"| {lay} | {v:.1f} |")
-    print(f"two hosts / one host: {med['two hosts'] / med['one host']:.2f}x")
+    if results["throughput"]:
+        med = {lay: statistics.median(x["steps_per_second"] for x in results["throughput"] if x["layout"] == lay)
+               for lay in ("one host", "two hosts")}
+        print(f"\n| layout | env steps/s (median of {args.repeats}) |\n| --- | --- |")
+        for lay, v in med.items():
+            print(f"| {lay} | {v:.1f} |")
+        print(f"two hosts / one host: {med['two hosts'] / med['one host']:.2f}x")
     if args.out:
         args.out.write_text(json.dumps(results, indent=1))
 
