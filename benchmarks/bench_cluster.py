@@ -1,4 +1,4 @@
-"""Ray across hosts: the state PPO recipe (configs/ppo_pushcube.yaml) run by `embodied train`
+"""Ray across hosts: the state PPO recipe (configs/ppo/ppo_pushcube.yaml) run by `embodied train`
 from a driver on a head host, with hosts made as network namespaces of this machine and started
 by launch/ray_head.sh and launch/ray_worker.sh (tests/distributed/netns_cluster.py; root only).
 
@@ -46,7 +46,7 @@ def tb_scalars(run: Path, tag: str) -> list[float]:
 def train_argv(c: NetnsCluster, run: Path, steps: int, env_labels: str, extra: list[str]) -> list[str]:
     placement = (f"{{preset: disaggregated, address: '{c.address}', env: {{count: 2, num_cpus: 0.5"
                  f"{env_labels}}}}}")
-    return [sys.executable, "-m", "embodied.cli", "train", "configs/ppo_pushcube.yaml", "train.backend=ray",
+    return [sys.executable, "-m", "embodied.cli", "train", "configs/ppo/ppo_pushcube.yaml", "train.backend=ray",
             f"train.placement={placement}", f"train.total_steps={steps}", f"train.run_dir={run}",
             "train.eval_every=0", "train.eval_episodes=8", "train.video_episodes=0", "train.progress=false",
             "train.save_every=0", *extra]
@@ -132,7 +132,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    steps_per_iter = 128 * 32  # configs/ppo_pushcube.yaml: 128 envs x ppo.rollout_steps 32
+    steps_per_iter = 128 * 32  # configs/ppo/ppo_pushcube.yaml: 128 envs x ppo.rollout_steps 32
     results: dict = {"throughput": [], "host_loss": [], "load_before": os.getloadavg()}
     with tempfile.TemporaryDirectory(prefix="bench_cluster_") as tmp:
         for r in range(0 if args.skip_throughput else args.repeats):

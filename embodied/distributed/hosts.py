@@ -62,7 +62,10 @@ def rebalance(collector: ShardedCollector, labels: dict[str, str], timeout_s: fl
     if collector.make_worker is None or len(collector.workers) < 2:
         return 0
     nodes = [n for n in b.nodes() if all(n["labels"].get(k) == v for k, v in labels.items())]
-    placed = b.get([b.call(w, "where") for w in collector.workers])
+    try:
+        placed = b.get([b.call(w, "where") for w in collector.workers])
+    except b.dead_errors:  # a worker lost since heal(): the next batch rebuilds it first
+        return 0
     count = Counter(w["node"] for w in placed)
     moved = 0
     for node in (n for n in nodes if count[n["node"]] == 0):
@@ -72,7 +75,11 @@ def rebalance(collector: ShardedCollector, labels: dict[str, str], timeout_s: fl
         i = max(k for k, w in enumerate(placed) if w["node"] == crowded)
         t = time.perf_counter()
         new = collector.make_worker(i, node=node["node"])
-        state = b.get(b.call(collector.workers[i], "state_dict"))
+        try:
+            state = b.get(b.call(collector.workers[i], "state_dict"))
+        except b.dead_errors:  # lost meanwhile: rebuilt by the next batch
+            b.kill(new)
+            return moved
         loaded = b.call(new, "load_state_dict", state)
         if not b.wait_ready(loaded, timeout_s):  # no room there after all: keep the worker where it is
             b.kill(new)

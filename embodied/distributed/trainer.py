@@ -185,6 +185,8 @@ def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) ->
         def roles() -> dict[str, Any]:
             """Every role's state for iteration it's checkpoint (end_iteration names it iter_<it>)."""
             nonlocal last_ckpt
+            if backend_name == "ray" and isinstance(collector, ShardedCollector):
+                heal(collector)  # a role lost since the batch has no state to save: rebuilt first
             state = {**roles_state(b, collector, learners), "torch_rng": torch.get_rng_state()}
             last_ckpt = run_dir / "checkpoints" / f"iter_{it:06d}"
             return state
