@@ -104,7 +104,41 @@ def take_envs(traj: Trajectory, rows: slice | torch.Tensor) -> Trajectory:
     return Trajectory(**out)
 
 
-class ShardedCollector:
+class RolloutRestarts:
+    """A collector's rollout role, rebuilt by make_rollout(k) with the last weights when it
+    died (backend ray); the collector keeps `backend`, `rollout`, `version`, `make_rollout`,
+    `rollout_restarts`, `weights` and `events`."""
+
+    def set_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
+        self.weights = (state, version)
+        try:
+            self.version = self.backend.get(self.backend.call(self.rollout, "set_weights", state, version))
+        except self.backend.dead_errors:
+            if self.make_rollout is None:
+                raise
+            self.revive_rollout()
+
+    def revive_rollout(self) -> None:
+        """Build a new rollout role (its own random stream: seed + 7919 k) and give it the last weights."""
+        t = time.perf_counter()
+        self.backend.kill(self.rollout)
+        self.rollout_restarts += 1
+        self.rollout = self.make_rollout(self.rollout_restarts)
+        if self.weights is not None:
+            self.version = self.backend.get(self.backend.call(self.rollout, "set_weights", *self.weights))
+        self.events.append(f"rollout role lost: rebuilt ({self.where(self.rollout)}) in {time.perf_counter() - t:.1f}s")
+
+    def where(self, handle: Any) -> str:
+        """A role's host address and pid, for the event lines."""
+        w = self.backend.get(self.backend.call(handle, "where"))
+        return f"on {w['ip']}, pid {w['pid']}"
+
+    def pop_events(self) -> list[str]:
+        events, self.events = self.events, []
+        return events
+
+
+class ShardedCollector(RolloutRestarts):
     """Keeps each shard's current observation between calls and tracks finished episodes.
     make_worker(i) rebuilds shard i after its process died (None: no restarts); make_rollout(k)
     builds the k-th rollout role after the one before it died (None: no restarts)."""
@@ -143,30 +177,6 @@ class ShardedCollector:
         shards = self.backend.get([self.backend.call(w, "reset", seed) for w in self.workers])
         self.obs = [cat_obs([shards[i] for i in ids]) for ids in self.stage_workers]
         return cat_obs(self.obs)
-
-    def set_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
-        self.weights = (state, version)
-        try:
-            self.version = self.backend.get(self.backend.call(self.rollout, "set_weights", state, version))
-        except self.backend.dead_errors:
-            if self.make_rollout is None:
-                raise
-            self.revive_rollout()
-
-    def revive_rollout(self) -> None:
-        """Build a new rollout role (its own random stream: seed + 7919 k) and give it the last weights."""
-        t = time.perf_counter()
-        self.backend.kill(self.rollout)
-        self.rollout_restarts += 1
-        self.rollout = self.make_rollout(self.rollout_restarts)
-        if self.weights is not None:
-            self.version = self.backend.get(self.backend.call(self.rollout, "set_weights", *self.weights))
-        self.events.append(f"rollout role lost: rebuilt ({self.where(self.rollout)}) in {time.perf_counter() - t:.1f}s")
-
-    def where(self, handle: Any) -> str:
-        """A role's host address and pid, for the event lines."""
-        w = self.backend.get(self.backend.call(handle, "where"))
-        return f"on {w['ip']}, pid {w['pid']}"
 
     def revive(self, i: int) -> Obs:
         """Rebuild shard i (its process or host is gone) and reset it with a new seed; its envs'
@@ -313,7 +323,3 @@ class ShardedCollector:
         """Env-worker and rollout-role restarts, and episodes dropped with them, since the start."""
         return {"env_worker_restarts": float(self.restarts), "dropped_episodes": float(self.dropped_episodes),
                 "rollout_restarts": float(self.rollout_restarts)}
-
-    def pop_events(self) -> list[str]:
-        events, self.events = self.events, []
-        return events

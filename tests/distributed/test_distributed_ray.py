@@ -102,9 +102,20 @@ def test_killed_env_worker_is_restarted_and_its_episodes_dropped():
         pid = backend.get(backend.call(grouped.workers[1], "where"))["pid"]
         grouped.on_step = lambda t: kill_and_wait(pid) if t == 5 else None
         batch = grouped.collect()
-        assert grouped.fault_stats() == {"env_worker_restarts": 1.0, "dropped_episodes": 4.0}
+        assert grouped.fault_stats() == {"env_worker_restarts": 1.0, "dropped_episodes": 4.0,
+                                         "rollout_restarts": 0.0}
         assert batch.traj.group_ids.tolist() == [0, 0, 0, 0] and batch.traj.episode_mask[:5].all()
         assert grouped.pop_episode_stats()["episodes"] == 4.0
+        # its rollout role killed mid-collect: rebuilt, and the whole batch collected again
+        grouped.make_rollout = collector.make_rollout
+        grouped.set_weights(*backend.get(backend.call(learners[0], "weights")))
+        pid, killed = backend.get(backend.call(grouped.rollout, "where"))["pid"], []
+        grouped.on_step = lambda t: (kill_and_wait(pid), killed.append(t)) if t == 3 and not killed else None
+        batch = grouped.collect()
+        assert grouped.fault_stats() == {"env_worker_restarts": 1.0, "dropped_episodes": 4.0,
+                                         "rollout_restarts": 1.0}
+        assert batch.traj.group_ids.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+        assert backend.get(backend.call(grouped.rollout, "where"))["pid"] != pid
     finally:
         backend.shutdown()
 
