@@ -62,6 +62,16 @@ bench: setup
 bench-learning: setup
 	$(PY) benchmarks/bench_vla_recipes.py --seeds 0,1,2 --demos 200 --out runs/bench_learning
 
+# Ray across hosts made as network namespaces of this machine (root), each started by
+# launch/ray_head.sh / launch/ray_worker.sh: the multi-host tests' longer runs (a lost head and
+# --resume, data-parallel learners on two hosts) and benchmarks/bench_cluster.py (two hosts
+# against one at the same CPUs, recovery from a lost host; docs/results/ray_multihost.md).
+# The suite runs the smoke test (tests/distributed/test_distributed_hosts.py without EMBODIED_CLUSTER_LONG).
+.PHONY: bench-cluster
+bench-cluster: setup
+	EMBODIED_CLUSTER_LONG=1 $(PY) -m pytest -q tests/distributed/test_distributed_hosts.py
+	$(PY) benchmarks/bench_cluster.py --out runs/bench_cluster.json
+
 # LeRobot's own dataset loader against ours, both ways (benchmarks/lerobot_check.py, docs/datasets.md);
 # never part of `make test`. A side venv, .venv-lerobot, holds `lerobot-dataset` 0.4.4 (module
 # ledataset) with torch pinned as in constraints.txt; the rest of constraints.txt is left out

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import socket
 import threading
 import time
 from contextlib import contextmanager
@@ -37,17 +38,18 @@ CPU = torch.device("cpu")
 
 
 def where() -> dict[str, Any]:
-    """{"pid": this process, "node": the Ray node id when run by Ray, else "local", "thread": the
-    name of the thread that runs the role's calls}."""
-    node = "local"
+    """{"pid": this process, "node": the Ray node id when run by Ray, else "local", "ip": the
+    node's address (127.0.0.1 in one process), "thread": the name of the thread that runs the
+    role's calls}."""
+    node, ip = "local", "127.0.0.1"
     try:
         import ray
 
         if ray.is_initialized():
-            node = ray.get_runtime_context().get_node_id()
+            node, ip = ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
     except ImportError:
         pass
-    return {"pid": os.getpid(), "node": node, "thread": threading.current_thread().name}
+    return {"pid": os.getpid(), "node": node, "ip": ip, "thread": threading.current_thread().name}
 
 
 def busy(method: Callable) -> Callable:
@@ -224,7 +226,7 @@ class LearnerWorker(Role):
     `evaluate` draws nothing), never torch's global one."""
 
     def __init__(self, cfg: ExperimentConfig, spec: EnvSpec, seed: int, threads: int = 1,
-                 rank: int = 0, world_size: int = 1, master: str = "127.0.0.1:29500"):
+                 rank: int = 0, world_size: int = 1, master: str | None = "127.0.0.1:29500"):
         from embodied.rl.registry import algorithm
 
         torch.set_num_threads(threads)
@@ -233,13 +235,24 @@ class LearnerWorker(Role):
         self.algorithm = algorithm(cfg.train.algorithm)
         self.learner = self.algorithm.learner(cfg, self.policy)
         self.rank, self.world_size, self.version = rank, world_size, 0
-        if world_size > 1:
-            from embodied.distributed.data_parallel import DataParallel
-
-            self.dp = DataParallel(self.policy, rank, world_size, master)
-            self.dp.attach(self.learner)
         self.generator = torch.Generator().manual_seed(seed + 2 + rank)
         self.learner.generator = self.generator
+        if world_size > 1 and master is not None:
+            self.join(master)
+
+    def rendezvous(self) -> str:
+        """(rank 0) "ip:port": this host's address and a port free on it, for the group to join."""
+        ip = where()["ip"]
+        with socket.socket() as s:
+            s.bind((ip, 0))
+            return f"{ip}:{s.getsockname()[1]}"
+
+    def join(self, master: str) -> None:
+        """Join the data-parallel group at `master` (every rank at once; rank 0's weights win)."""
+        from embodied.distributed.data_parallel import DataParallel
+
+        self.dp = DataParallel(self.policy, self.rank, self.world_size, master)
+        self.dp.attach(self.learner)
 
     @busy
     def observe(self, obs: Obs) -> None:
