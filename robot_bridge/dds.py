@@ -85,8 +85,9 @@ class DdsTransport(Transport):
 
     name = "dds"
 
-    def __init__(self, domain_id: int = 0, node_name: str = "embodied"):
+    def __init__(self, domain_id: int = 0, node_name: str = "embodied", ros_distro: str | None = None):
         self.domain_id, self.node_name = domain_id, node_name
+        self.distro = ros_graph.graph_distro(ros_distro)  # the graph's gid layout (ros_graph.py)
         try:
             self.participant = DomainParticipant(domain_id, qos=Qos(Policy.Userdata(ros_graph.ENCLAVE_USER_DATA)))
         except Exception as e:  # cyclonedds raises DDSException for a bad config
@@ -101,7 +102,7 @@ class DdsTransport(Transport):
         self._node_readers: list[Any] = []
         self._node_writers: list[Any] = []
         self._graph = self._writer(ros_graph.DISCOVERY_TOPIC, ros_graph.DISCOVERY_TYPE, ros_graph.DISCOVERY_QOS,
-                                   announce=False)
+                                   announce=False, distro=self.distro)
         self._announce()
 
     # ------------------------------------------------------------------ the ROS 2 graph
@@ -112,26 +113,26 @@ class DdsTransport(Transport):
                 return
             msg = ros_graph.participant_entities_info(self.participant.guid, self.node_name, "/",
                                                       [e.guid for e in self._node_readers],
-                                                      [e.guid for e in self._node_writers])
-            ddspy_write(self._graph._ref, rt.serialize(msg, ros_graph.DISCOVERY_TYPE))
+                                                      [e.guid for e in self._node_writers], self.distro)
+            ddspy_write(self._graph._ref, rt.serialize(msg, ros_graph.DISCOVERY_TYPE, self.distro))
 
     # ------------------------------------------------------------------ topics
-    def _topic(self, dds_name: str, msg_type: str, service: bool = False) -> Topic:
+    def _topic(self, dds_name: str, msg_type: str, service: bool = False, distro: str = "humble") -> Topic:
         with self._lock:
             if self.closed:
                 raise TransportError("dds: transport is closed")
             t = self._topics.get(dds_name)
             if t is None:
-                t = Topic(self.participant, dds_name, rt.idl_struct(msg_type, service))
+                t = Topic(self.participant, dds_name, rt.idl_struct(msg_type, service, distro))
                 self._topics[dds_name] = t
-            elif t.data_type is not rt.idl_struct(msg_type, service):
+            elif t.data_type is not rt.idl_struct(msg_type, service, distro):
                 raise TransportError(f"{dds_name}: already used with another type than {msg_type}")
             return t
 
     def _writer(self, dds_name: str, msg_type: str, qos: QosProfile, user_data: bytes | None = None,
-                announce: bool = True) -> DataWriter:
+                announce: bool = True, distro: str = "humble") -> DataWriter:
         service = dds_name.startswith(("rq/", "rr/"))
-        w = DataWriter(self.participant, self._topic(dds_name, msg_type, service), qos=dds_qos(qos, user_data))
+        w = DataWriter(self.participant, self._topic(dds_name, msg_type, service, distro), qos=dds_qos(qos, user_data))
         self._entities.append(w)
         if announce:
             self._node_writers.append(w)
@@ -146,7 +147,7 @@ class DdsTransport(Transport):
                         str(e)[:200])
 
     def _reader(self, dds_name: str, msg_type: str, qos: QosProfile, on_bytes: Callable[..., None],
-                user_data: bytes | None = None, with_info: bool = False) -> DataReader:
+                user_data: bytes | None = None, with_info: bool = False, distro: str = "humble") -> DataReader:
         """on_bytes(data) per valid sample, or on_bytes(data, sample_info) with with_info."""
         def on_data(reader: DataReader | None) -> None:
             if self.closed or reader is None:  # None: data arrived while the reader was being made
@@ -163,7 +164,7 @@ class DdsTransport(Transport):
                     self._dropped(dds_name, f"not a valid {msg_type}, or its callback failed", e)
 
         service = dds_name.startswith(("rq/", "rr/"))
-        r = DataReader(self.participant, self._topic(dds_name, msg_type, service), qos=dds_qos(qos, user_data))
+        r = DataReader(self.participant, self._topic(dds_name, msg_type, service, distro), qos=dds_qos(qos, user_data))
         self._entities.append(r)
         self._node_readers.append(r)
         r.set_listener(Listener(on_data_available=on_data))

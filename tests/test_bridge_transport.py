@@ -249,34 +249,53 @@ def test_auto_falls_back_to_dds_without_rclpy(dds_env, monkeypatch):
         make_transport("dds", domain_id=999)
 
 
-def test_ros2_graph_shows_the_node(pair):
+@pytest.mark.parametrize("distro,size", [("humble", 24), ("jazzy", 16), ("kilted", 16)])
+def test_ros2_graph_shows_the_node(dds_env, monkeypatch, distro, size):
     """What `ros2 node list` reads (rmw_dds_common's graph): the participant's user data
-    `enclave=/;`, and on ros_discovery_info the node's name with its readers' and writers' gids."""
+    `enclave=/;`, and on ros_discovery_info the node's name with its readers' and writers' gids,
+    in the gid layout of the distribution named by $ROS_DISTRO (Humble 24 bytes, later 16)."""
     from cyclonedds.qos import Policy
 
     from robot_bridge import ros_graph
     from robot_bridge.transport import QosProfile
 
-    a, b = pair
+    monkeypatch.setenv("ROS_DISTRO", distro)
+    a, b = make_transport("dds", node_name="graph_node"), make_transport("dds")
+    assert a.distro == distro
     pub = a.publisher("/chatter", "std_msgs/msg/String", COMMAND_QOS)
     infos: list[bytes] = []
     deep = QosProfile(reliable=True, depth=100, transient_local=True)  # keyless: depth 1 would keep one node's
-    b._reader(ros_graph.DISCOVERY_TOPIC, ros_graph.DISCOVERY_TYPE, deep, infos.append)
-    gid = lambda g: bytes(ros_graph.gid(g).data)  # noqa: E731
+    b._reader(ros_graph.DISCOVERY_TOPIC, ros_graph.DISCOVERY_TYPE, deep, infos.append, distro=distro)
+    gid = lambda g: bytes(ros_graph.gid(g, distro).data)  # noqa: E731
 
     def announced():
         for raw in infos:
-            msg = rt.deserialize(raw, ros_graph.DISCOVERY_TYPE)
+            msg = rt.deserialize(raw, ros_graph.DISCOVERY_TYPE, distro)
             if bytes(msg.gid.data) == gid(a.participant.guid):
                 node = msg.node_entities_info_seq[0]
                 if gid(pub._writer.guid) in [bytes(g.data) for g in node.writer_gid_seq]:
                     return node
         return None
 
-    assert _until(lambda: announced() is not None)
-    node = announced()
-    assert (node.node_name, node.node_namespace) == (a.node_name, "/")
-    assert gid(a.participant.guid)[:16] == a.participant.guid.bytes and gid(a.participant.guid)[16:] == bytes(8)
-    # The participant's user data (read locally: taking DCPSParticipant samples crashes this
-    # cyclonedds-python build).
-    assert a.participant.get_qos()[Policy.Userdata].data == b"enclave=/;"
+    try:
+        assert _until(lambda: announced() is not None)
+        node = announced()
+        assert (node.node_name, node.node_namespace) == ("graph_node", "/")
+        assert len(gid(a.participant.guid)) == size
+        assert gid(a.participant.guid)[:16] == a.participant.guid.bytes and gid(a.participant.guid)[16:] == bytes(size - 16)
+        # The participant's user data (read locally: taking DCPSParticipant samples crashes this
+        # cyclonedds-python build).
+        assert a.participant.get_qos()[Policy.Userdata].data == b"enclave=/;"
+    finally:
+        b.close()
+        a.close()
+
+
+def test_unknown_ros_distro_is_one_line(dds_env, monkeypatch):
+    monkeypatch.setenv("ROS_DISTRO", "noetic")
+    with pytest.raises(TransportError, match="ROS_DISTRO: unknown ROS 2 distribution 'noetic'; allowed: humble, iron"):
+        make_transport("dds")
+    monkeypatch.delenv("ROS_DISTRO")
+    t = make_transport("dds")
+    assert t.distro == "jazzy"  # the documented default
+    t.close()
