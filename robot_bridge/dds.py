@@ -46,6 +46,20 @@ _ANY = SampleState.Any | ViewState.Any | InstanceState.Any
 _REQ_HEADER = struct.Struct("<Qq")  # client id (request writer's instance handle), sequence number
 _U64 = (1 << 64) - 1
 REPLY_READER_WAIT_S = 0.1  # rmw_cyclonedds: wait up to 100 ms for the client's reply reader
+# DDS vendor ids (the first two bytes of a GUID prefix, as both Cyclone DDS and Fast DDS write it)
+VENDORS = {b"\x01\x01": "RTI Connext DDS", b"\x01\x0f": "Fast DDS", b"\x01\x10": "Cyclone DDS",
+           b"\x01\x03": "OpenDDS", b"\x01\x02": "OpenSplice"}
+CYCLONE = b"\x01\x10"
+
+
+def foreign_service_peer(service: str, vendor: bytes, role: str) -> str:
+    """One line: why a service peer of another middleware cannot be answered, and the fix."""
+    name = VENDORS.get(vendor, f"vendor {vendor.hex('.')}")
+    return (f"service {service}: the {role} is a {name} node; ROS 2 services do not cross middlewares "
+            f"(rmw_cyclonedds puts a request header in the payload, rmw_fastrtps pairs request and reply "
+            f"through the RTPS sample identity, which the dds transport cannot send or read); use "
+            f"--transport rclpy with ROS 2 installed or its wheels (make ros2, docs/ros2.md), or run the "
+            f"other node with RMW_IMPLEMENTATION=rmw_cyclonedds_cpp")
 
 
 def dds_qos(p: QosProfile, user_data: bytes | None = None) -> Qos:
@@ -218,8 +232,29 @@ class DdsTransport(Transport):
                     return True
             return False
 
+        warned: set[bytes] = set()
+
+        def warn_foreign_clients() -> None:
+            """A client of another middleware matches our request reader, but its requests do
+            not even reach us (Cyclone drops them: no request header); say so once per client."""
+            for h in reader.get_matched_publications():
+                try:
+                    guid = reader.get_matched_publication_data(h).key.bytes
+                except Exception:  # the client left
+                    continue
+                if guid[:2] != CYCLONE and guid not in warned:
+                    warned.add(guid)
+                    log.warning("%s", foreign_service_peer(service, guid[:2], "client"))
+
         def loop() -> None:
+            next_check = 0.0
             while not self.closed:
+                if time.monotonic() >= next_check:
+                    next_check = time.monotonic() + 0.5
+                    try:
+                        warn_foreign_clients()
+                    except Exception:  # closing
+                        pass
                 try:
                     data, request_writer = pending.get(timeout=0.05)
                 except queue.Empty:
@@ -267,9 +302,17 @@ class DdsTransport(Transport):
         end = time.monotonic() + timeout
         while not (writer.get_matched_subscriptions() and reader.get_matched_publications()):
             if time.monotonic() >= end:
-                raise TransportError(f"service {service}: not available within {timeout:.1f} s "
-                                     f"(is its server running on domain {self.domain_id}?)")
+                raise TransportError(f"service {service}: not available within {timeout:.1f} s (is its server "
+                                     f"running on domain {self.domain_id}? a ROS 2 Kilted node on Fast DDS 3 is "
+                                     f"not matched by the dds transport: use --transport rclpy, docs/ros2.md)")
             time.sleep(0.01)
+        for h in writer.get_matched_subscriptions():
+            try:
+                vendor = writer.get_matched_subscription_data(h).key.bytes[:2]
+            except Exception:  # the server left
+                continue
+            if vendor != CYCLONE:
+                raise TransportError(foreign_service_peer(service, vendor, "server"))
         seq = next(self._seq)
         body = rt.serialize(request, req_t)
         with cond:

@@ -198,6 +198,30 @@ def loopback_config(directory: str | Path | None = None) -> str:
     return path.resolve().as_uri()
 
 
+FASTDDS_LOOPBACK_XML = """<?xml version="1.0" encoding="UTF-8"?>
+<dds xmlns="http://www.eprosima.com/XMLSchemas/fastRTPS_Profiles"><profiles>
+  <transport_descriptors><transport_descriptor><transport_id>udp_loopback</transport_id><type>UDPv4</type>
+    <interfaceWhiteList><address>127.0.0.1</address></interfaceWhiteList></transport_descriptor></transport_descriptors>
+  <participant profile_name="loopback_only" is_default_profile="true"><rtps>
+    <userTransports><transport_id>udp_loopback</transport_id></userTransports>
+    <useBuiltinTransports>false</useBuiltinTransports></rtps></participant>
+</profiles></dds>
+"""
+
+
+def fastdds_loopback_env(directory: str | Path | None = None) -> dict[str, str]:
+    """Environment variables that keep a ROS 2 node on Fast DDS (rmw_fastrtps) on loopback: a
+    default participant profile with UDPv4 on 127.0.0.1 only (no shared memory, no multicast),
+    under the variable names of Fast DDS 2 (Jazzy) and 3 (Kilted), and discovery limited to
+    this host (ROS_AUTOMATIC_DISCOVERY_RANGE, Iron and later)."""
+    directory = Path(directory or tempfile.gettempdir())
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "fastdds_loopback.xml"
+    path.write_text(FASTDDS_LOOPBACK_XML)
+    return {"FASTRTPS_DEFAULT_PROFILES_FILE": str(path.resolve()), "FASTDDS_DEFAULT_PROFILES_FILE": str(path.resolve()),
+            "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
+
+
 def loopback_env(domain_id: int | None = None, directory: str | Path | None = None) -> dict[str, str]:
     """Environment variables that keep DDS on loopback: CYCLONEDDS_URI and ROS_DOMAIN_ID
     (a random domain in [100, 199] when none is given). Apply them before the first participant."""

@@ -8,14 +8,15 @@ the ROS 2 message packages, never the toolkit. Prints one JSON line with what it
              camera info; drives it on /cmd; resets it through the /reset service
   robot      plays a robot: publishes /joint_states (x, y, z, finger_left, finger_right) at
              50 Hz, integrates /cmd (x += 0.01 * cmd[0], ...), serves /reset
-             (std_srvs/srv/Trigger: back to the origin, counts the calls) for --seconds,
-             then prints the counts
+             (std_srvs/srv/Trigger: back to the origin, counts the calls) until its stdin
+             closes (or --seconds pass), then prints the counts
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import select
 import sys
 import time
 
@@ -84,7 +85,7 @@ def observer(args) -> dict:
     out["service_ready"] = client.wait_for_service(timeout_sec=args.timeout)
     if out["service_ready"]:
         future = client.call_async(Trigger.Request())
-        rclpy.spin_until_future_complete(node, future, timeout_sec=args.timeout)
+        rclpy.spin_until_future_complete(node, future, timeout_sec=args.reset_timeout)
         res = future.result()
         out["reset"] = None if res is None else [bool(res.success), res.message]
         if res is not None:
@@ -120,7 +121,7 @@ def robot(args) -> dict:
     node.create_service(Trigger, "/reset", on_reset)
     node.create_timer(0.02, tick)
     print("ready", flush=True)
-    spin_until(node, lambda: False, args.seconds)
+    spin_until(node, lambda: bool(select.select([sys.stdin], [], [], 0)[0]), args.seconds)  # stdin closed
     node.destroy_node()
     return {"rmw": rclpy.utilities.get_rmw_implementation_identifier(), **counts, "x": pos[0]}
 
@@ -130,7 +131,8 @@ def main() -> None:
     p.add_argument("mode", choices=["observer", "robot"])
     p.add_argument("--twin", default="sim_robot")
     p.add_argument("--timeout", type=float, default=10.0)
-    p.add_argument("--seconds", type=float, default=20.0)
+    p.add_argument("--reset-timeout", type=float, default=10.0)
+    p.add_argument("--seconds", type=float, default=60.0)
     args = p.parse_args()
     rclpy.init()
     try:
