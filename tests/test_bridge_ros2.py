@@ -135,19 +135,20 @@ print(json.dumps(out), flush=True)
 """
 
 
-@pytest.mark.parametrize("distro,transport", [("jazzy", "rclpy"), ("kilted", "rclpy"), ("jazzy", "dds")])
+@pytest.mark.parametrize("distro,transport", [("jazzy", "auto"), ("kilted", "rclpy"), ("jazzy", "dds")])
 def test_robot_env_drives_and_resets_a_real_robot_node(ros, tmp_path, distro, transport):
+    """`auto` takes rclpy where it imports (the ROS 2 venv's python)."""
     py = ros_python(distro)
     robot = ros([py, PEER, "robot"], distro, "robot", stdin=subprocess.PIPE)
     assert _wait_for(tmp_path / "robot.log", "ready", 30)
-    env_py = py if transport == "rclpy" else sys.executable
+    env_py = sys.executable if transport == "dds" else py
     ros([env_py, "-c", ROBOT_ENV, transport], distro, "env").wait(120)
     out = _json_tail(tmp_path / "env.log")
     robot.stdin.close()
     robot.wait(30)
     seen = _json_tail(tmp_path / "robot.log")
-    assert out["transport"] == transport
-    if transport == "rclpy":
+    assert out["transport"] == ("dds" if transport == "dds" else "rclpy")
+    if transport != "dds":
         assert "error" not in out, out
         x = out["x"]
         assert x[1] > x[0] + 0.05, x  # driven: 20 commands of +x
@@ -169,3 +170,38 @@ def test_foreign_service_message_names_cause_and_fix():
     assert "--transport rclpy" in line and "RMW_IMPLEMENTATION=rmw_cyclonedds_cpp" in line
     assert "vendor 01.99" in foreign_service_peer("/s", b"\x01\x99", "client")
     assert issubclass(TransportError, RuntimeError)
+
+
+MIXED = """
+import json, sys, torch
+from robot_bridge.robot_env import RobotEnv, RobotEnvConfig
+env = RobotEnv(RobotEnvConfig(task="Reach", privileged_topic="/privileged", privileged_dim=15, control_hz=100.0,
+                              max_episode_steps=50, transport=sys.argv[1], obs_timeout_s=5.0, reset_timeout_s=20.0))
+try:
+    first, _ = env.reset(seed=3)
+    obs = first
+    for _ in range(10):
+        obs = env.step(torch.cat([torch.clamp(obs["privileged"][:, 12:15] / 0.02, -1, 1), -torch.ones(1, 1)], 1)).obs
+    moved = float((obs["state"][0, :3] - first["state"][0, :3]).norm())
+    again, _ = env.reset(seed=3)
+    print(json.dumps({"transport": env.tr.name, "moved": moved,
+                      "same_reset": bool(torch.allclose(first["privileged"], again["privileged"]))}), flush=True)
+finally:
+    env.close()
+"""
+
+
+@pytest.mark.parametrize("twin_transport,env_transport", [("dds", "rclpy"), ("rclpy", "dds")])
+def test_mixed_transports(ros, tmp_path, twin_transport, env_transport):
+    """The twin on one transport, the controller (RobotEnv, seeded topic resets) on the other
+    (Jazzy: topics cross the two middlewares): it steps towards the goal, and a seeded reset
+    gives the same start twice."""
+    py = ros_python("jazzy")
+    pick = {"dds": sys.executable, "rclpy": py}
+    ros([pick[twin_transport], "-m", "robot_bridge.sim_node", "Reach", "--transport", twin_transport,
+         "--image-size", "0", "--rate", "50"], "jazzy", "twin")
+    assert _wait_for(tmp_path / "twin.log", "robot-sim: Reach on domain", 60), (tmp_path / "twin.log").read_text()
+    ros([pick[env_transport], "-c", MIXED, env_transport], "jazzy", "env").wait(120)
+    out = _json_tail(tmp_path / "env.log")
+    assert out["transport"] == env_transport
+    assert out["moved"] > 0.01 and out["same_reset"], out
