@@ -13,8 +13,13 @@ call waits for the service (its request reader and reply writer matched), sends 
 once and waits for the reply; the server, before answering, waits up to 100 ms for its reply
 writer to match the reader tagged with the request writer's clientid.
 
+Services do not cross middlewares (rmw_fastrtps pairs request and reply through the RTPS sample
+identity, which cyclonedds-python cannot write or read): a service peer whose GUID names another
+DDS vendor (Fast DDS: 01.0f) gets one line naming the cause and the fix (the rclpy transport), as a
+TransportError for a client and a logged warning for a server, never a bare timeout.
+
 The participant carries the user data `enclave=/;` and publishes `ros_discovery_info`
-(ros_graph.py), so ROS 2 tools list the node. A sample that does not decode, or whose
+(ros_graph.py, in the gid layout of $ROS_DISTRO), so ROS 2 tools list the node. A sample that does not decode, or whose
 callback raises, is dropped with a logged warning: no message can stop a reader.
 """
 

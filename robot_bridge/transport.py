@@ -1,7 +1,7 @@
 """The transport interface: publish, subscribe, latest message with receive time, services.
 
 Two implementations: `DdsTransport` (cyclonedds + rosbags CDR, no ROS install needed) and
-`RclpyTransport` (where ROS 2 is installed). `make_transport("auto")` takes rclpy when it
+`RclpyTransport` (ROS 2 installed, or its wheels: `make ros2`; the path to Fast DDS robots). `make_transport("auto")` takes rclpy when it
 imports and DDS otherwise. Messages are rosbags message dataclasses (see ros_types.py);
 times are `time.monotonic()` seconds of this process.
 

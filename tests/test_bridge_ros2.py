@@ -205,3 +205,16 @@ def test_mixed_transports(ros, tmp_path, twin_transport, env_transport):
     out = _json_tail(tmp_path / "env.log")
     assert out["transport"] == env_transport
     assert out["moved"] > 0.01 and out["same_reset"], out
+
+
+@pytest.mark.parametrize("distro", ["jazzy", "kilted"])
+def test_transport_tests_pass_on_rclpy(ros, tmp_path, distro):
+    """The transport tests written for both transports (test_bridge_transport.py's `pair`:
+    latest message with receive time and QoS, services, a closed transport sends nothing), run
+    on rclpy in the distribution's venv (in this venv their rclpy cases skip)."""
+    py = ros_python(distro)
+    p = ros([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_bridge_transport.py", "-k", "rclpy"],
+            distro, "pytest")
+    p.wait(180)
+    log = (tmp_path / "pytest.log").read_text()
+    assert p.returncode == 0 and "4 passed" in log and "failed" not in log, log[-3000:]

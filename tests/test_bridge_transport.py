@@ -9,12 +9,25 @@ import numpy as np
 import pytest
 
 from robot_bridge import ros_types as rt
-from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, TransportError, make_transport
+from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, TransportError, make_transport, rclpy_available
 
 
 @pytest.fixture
-def pair(dds_env):
+def dds_pair(dds_env):
     a, b = make_transport("dds"), make_transport("dds")
+    yield a, b
+    a.close()
+    b.close()
+
+
+@pytest.fixture(params=["dds", "rclpy"])
+def pair(request, dds_env):
+    """Two nodes on one transport: the tests that use it hold for both transports."""
+    if request.param == "rclpy" and not rclpy_available():
+        pytest.skip("rclpy does not import in this venv; these run in .venv-ros-jazzy and .venv-ros-kilted "
+                    "(test_bridge_ros2.py::test_transport_tests_pass_on_rclpy; make ros2)")
+    a, b = make_transport(request.param, node_name="node_a"), make_transport(request.param, node_name="node_b")
+    assert (a.name, b.name) == (request.param, request.param)
     yield a, b
     a.close()
     b.close()
@@ -76,9 +89,9 @@ def test_cyclonedds_types_serialise_like_rosbags(msg_type):
     assert rt.idl_struct(msg_type).__idl_typename__ == rt.dds_type_name(msg_type)
 
 
-def test_wire_bytes_decode_with_rosbags(pair):
+def test_wire_bytes_decode_with_rosbags(dds_pair):
     """Bytes captured off the wire by a raw reader decode with rosbags to the values sent."""
-    a, b = pair
+    a, b = dds_pair
     samples = _samples()
     got: dict[str, list[bytes]] = {k: [] for k in samples}
     pubs = {}
@@ -99,11 +112,11 @@ def test_wire_bytes_decode_with_rosbags(pair):
         assert _same(msg, rt.typestore().deserialize_cdr(raw, msg_type))
 
 
-def test_discovery_shows_ros2_names_and_qos(pair):
+def test_discovery_shows_ros2_names_and_qos(dds_pair):
     """What a remote participant discovers: rt/ topic, ROS type name, ROS 2 QoS profiles."""
     from cyclonedds.qos import Policy
 
-    a, b = pair
+    a, b = dds_pair
     a.publisher("/joint_states", "sensor_msgs/msg/JointState", SENSOR_QOS)
     a.publisher("/cmd_vel_like", "std_msgs/msg/Float64MultiArray", COMMAND_QOS)
     found = {}
@@ -122,7 +135,7 @@ def test_discovery_shows_ros2_names_and_qos(pair):
     assert cmd.qos[Policy.History] == Policy.History.KeepLast(10)
 
 
-def test_foreign_writer_is_received(pair):
+def test_foreign_writer_is_received(dds_pair):
     """A plain cyclonedds writer (serialising with cyclonedds itself, as another DDS/ROS 2 node
     would) on rt/cmd with the ROS type is decoded by our subscription."""
     from cyclonedds.pub import DataWriter
@@ -130,7 +143,7 @@ def test_foreign_writer_is_received(pair):
 
     from robot_bridge.dds import dds_qos
 
-    a, b = pair
+    a, b = dds_pair
     sub = b.subscribe("/cmd", "std_msgs/msg/Float64MultiArray", COMMAND_QOS)
     msg = rt.float64_array(np.array([[0.5, -0.25, 1.0, 0.0]]), labels=["k", "a"])
     topic = Topic(a.participant, "rt/cmd", rt.idl_struct("std_msgs/msg/Float64MultiArray"))
@@ -149,6 +162,8 @@ def test_latest_with_receive_time_and_qos(pair):
     seq = sub.latest().seq
     pub.publish(rt.joint_state(["x"], [7.0]))
     got = sub.wait_newer(seq, 2.0)
+    while got is not None and got.msg.position.tolist() != [7.0]:  # [0.0]s still in flight (rclpy's executor)
+        got = sub.wait_newer(got.seq, 2.0)
     assert got is not None and got.msg.position.tolist() == [7.0] and got.recv_time >= t0
 
 
@@ -170,10 +185,10 @@ def test_service_call(pair):
         a.call_service("/nobody", "std_srvs/srv/Trigger", req, timeout=0.3)
 
 
-def test_slow_service_receives_one_request(pair):
+def test_slow_service_receives_one_request(dds_pair):
     """A call is sent once and waited for, as rmw_cyclonedds does (rclcpp and rclpy servers do
     not deduplicate): a 0.6 s handler sees one copy on the wire and runs once."""
-    a, b = pair
+    a, b = dds_pair
     calls, wire = [], []
 
     def handler(req):
@@ -190,7 +205,7 @@ def test_slow_service_receives_one_request(pair):
     assert len(calls) == 1 and len(wire) == 1
 
 
-def test_service_waits_for_the_clients_reply_reader(pair):
+def test_service_waits_for_the_clients_reply_reader(dds_pair):
     """A client (as a foreign node may) writes its request as soon as the service's request
     reader is matched, and creates its reply reader only afterwards: the server waits for that
     reader (up to 100 ms, as rmw_cyclonedds) instead of answering into the void."""
@@ -200,7 +215,7 @@ def test_service_waits_for_the_clients_reply_reader(pair):
 
     from robot_bridge.dds import _REQ_HEADER, dds_qos
 
-    a, b = pair
+    a, b = dds_pair
     b.serve("/quick", "std_srvs/srv/Trigger",
             lambda req: rt.msg_class("std_srvs/srv/Trigger_Response")(success=True, message="quick"))
     rq, rr = rt.dds_service_topics("/quick")
