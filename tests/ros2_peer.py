@@ -10,6 +10,8 @@ the ROS 2 message packages, never the toolkit. Prints one JSON line with what it
              50 Hz, integrates /cmd (x += 0.01 * cmd[0], ...), serves /reset
              (std_srvs/srv/Trigger: back to the origin, counts the calls) until its stdin
              closes (or --seconds pass), then prints the counts
+  driver     a controller that holds still: publishes [0, 0, 0, -1] on /cmd at 20 Hz for
+             --seconds, counts the geometry_msgs/Twist an operator sends on /teleop
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import time
 
 import rclpy
 from rclpy.qos import qos_profile_sensor_data
+from geometry_msgs.msg import Twist
 from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
@@ -126,9 +129,20 @@ def robot(args) -> dict:
     return {"rmw": rclpy.utilities.get_rmw_implementation_identifier(), **counts, "x": pos[0]}
 
 
+def driver(args) -> dict:
+    node = rclpy.create_node("still_driver")
+    cmd = node.create_publisher(Float64MultiArray, "/cmd", 10)
+    teleop: list = []
+    node.create_subscription(Twist, "/teleop", lambda m: teleop.append(m), 10)
+    node.create_timer(0.05, lambda: cmd.publish(Float64MultiArray(data=[0.0, 0.0, 0.0, -1.0])))
+    spin_until(node, lambda: False, args.seconds)
+    node.destroy_node()
+    return {"teleop": len(teleop), "nonzero": sum(abs(m.linear.x) + abs(m.linear.y) + abs(m.linear.z) > 0 for m in teleop)}
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["observer", "robot"])
+    p.add_argument("mode", choices=["observer", "robot", "driver"])
     p.add_argument("--twin", default="sim_robot")
     p.add_argument("--timeout", type=float, default=10.0)
     p.add_argument("--reset-timeout", type=float, default=10.0)
@@ -136,7 +150,7 @@ def main() -> None:
     args = p.parse_args()
     rclpy.init()
     try:
-        out = observer(args) if args.mode == "observer" else robot(args)
+        out = {"observer": observer, "robot": robot, "driver": driver}[args.mode](args)
     finally:
         rclpy.try_shutdown()
     print(json.dumps(out), flush=True)

@@ -218,3 +218,22 @@ def test_transport_tests_pass_on_rclpy(ros, tmp_path, distro):
     p.wait(180)
     log = (tmp_path / "pytest.log").read_text()
     assert p.returncode == 0 and "4 passed" in log and "failed" not in log, log[-3000:]
+
+
+def test_robot_operator_on_rclpy_takes_over(ros, tmp_path):
+    """`embodied robot-operator` on rclpy (Jazzy) with the twin on rclpy: a real rclpy controller
+    holds still, so the operator sees no progress and takes over with Twist on /teleop."""
+    py = ros_python("jazzy")
+    ros([py, "-m", "embodied.cli", "robot-sim", "Reach", "--transport", "rclpy", "--image-size", "0", "--rate", "50"],
+        "jazzy", "twin")
+    assert _wait_for(tmp_path / "twin.log", "robot-sim: Reach on domain", 60), (tmp_path / "twin.log").read_text()
+    op = ros([py, "-m", "embodied.cli", "robot-operator", "Reach", "--transport", "rclpy"], "jazzy", "operator")
+    time.sleep(3)  # the operator's imports
+    ros([py, PEER, "driver", "--seconds", "4"], "jazzy", "driver").wait(60)
+    op.terminate()
+    op.wait(20)
+    seen = _json_tail(tmp_path / "driver.log")
+    assert seen["teleop"] >= 3 and seen["nonzero"] >= 3, seen
+    assert _wait_for(tmp_path / "operator.log", "takeovers", 5)
+    n = int((tmp_path / "operator.log").read_text().split("robot-operator: ")[-1].split()[0])
+    assert n >= 1, (tmp_path / "operator.log").read_text()[-2000:]
