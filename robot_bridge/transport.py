@@ -209,15 +209,25 @@ FASTDDS_LOOPBACK_XML = """<?xml version="1.0" encoding="UTF-8"?>
 """
 
 
-def fastdds_loopback_env(directory: str | Path | None = None) -> dict[str, str]:
+# Fast DDS 3 (Kilted) participant property: announce no XTypes type information, so that Cyclone
+# matches its endpoints by type name (docs/ros2.md, "The DDS transport and Kilted").
+NO_TYPE_PROPAGATION = ("<propertiesPolicy><properties><property><name>fastdds.type_propagation</name>"
+                       "<value>disabled</value></property></properties></propertiesPolicy>")
+
+
+def fastdds_loopback_env(directory: str | Path | None = None, type_propagation: bool = True) -> dict[str, str]:
     """Environment variables that keep a ROS 2 node on Fast DDS (rmw_fastrtps) on loopback: a
     default participant profile with UDPv4 on 127.0.0.1 only (no shared memory, no multicast),
     under the variable names of Fast DDS 2 (Jazzy) and 3 (Kilted), and discovery limited to
-    this host (ROS_AUTOMATIC_DISCOVERY_RANGE, Iron and later)."""
+    this host (ROS_AUTOMATIC_DISCOVERY_RANGE, Iron and later). type_propagation False: Fast DDS 3
+    announces no type information (what lets the DDS transport match a Kilted node)."""
     directory = Path(directory or tempfile.gettempdir())
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "fastdds_loopback.xml"
-    path.write_text(FASTDDS_LOOPBACK_XML)
+    xml = FASTDDS_LOOPBACK_XML
+    if not type_propagation:
+        xml = xml.replace("</rtps>", NO_TYPE_PROPAGATION + "</rtps>")
+    path = directory / ("fastdds_loopback.xml" if type_propagation else "fastdds_loopback_no_types.xml")
+    path.write_text(xml)
     return {"FASTRTPS_DEFAULT_PROFILES_FILE": str(path.resolve()), "FASTDDS_DEFAULT_PROFILES_FILE": str(path.resolve()),
             "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
 

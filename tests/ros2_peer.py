@@ -56,7 +56,7 @@ def observer(args) -> dict:
         pubs = node.get_publishers_info_by_topic("/joint_states")
         return args.twin in names and any(p.node_name == args.twin for p in pubs)
 
-    out["graph_ok"] = spin_until(node, graph_ready, args.timeout)
+    out["graph_ok"] = spin_until(node, graph_ready, args.graph_timeout)
     out["nodes"] = sorted(n for n, _ in node.get_node_names_and_namespaces())
     out["joint_states_publishers"] = [p.node_name for p in node.get_publishers_info_by_topic("/joint_states")]
     out["cmd_subscribers"] = [s.node_name for s in node.get_subscriptions_info_by_topic("/cmd")]
@@ -146,6 +146,7 @@ def main() -> None:
     p.add_argument("--twin", default="sim_robot")
     p.add_argument("--timeout", type=float, default=10.0)
     p.add_argument("--reset-timeout", type=float, default=10.0)
+    p.add_argument("--graph-timeout", type=float, default=20.0)
     p.add_argument("--seconds", type=float, default=60.0)
     args = p.parse_args()
     rclpy.init()

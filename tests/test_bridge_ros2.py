@@ -44,8 +44,9 @@ def ros(dds_env, tmp_path):
     Cyclone and Fast DDS on loopback; every process is ended afterwards."""
     procs: list[subprocess.Popen] = []
 
-    def start(argv: list[str], distro: str, name: str, stdin=None, ros_distro: str | None = None) -> subprocess.Popen:
-        env = {**os.environ, **fastdds_loopback_env(tmp_path), "PYTHONPATH": str(ROOT), "MUJOCO_GL": "egl",
+    def start(argv: list[str], distro: str, name: str, stdin=None, ros_distro: str | None = None,
+              type_propagation: bool = True) -> subprocess.Popen:
+        env = {**os.environ, **fastdds_loopback_env(tmp_path, type_propagation), "PYTHONPATH": str(ROOT), "MUJOCO_GL": "egl",
                "ROS_DISTRO": ros_distro or distro, "PYTHONUNBUFFERED": "1"}
         env.pop("FASTRTPS_DEFAULT_PROFILES_FILE" if distro == "kilted" else "FASTDDS_DEFAULT_PROFILES_FILE")
         log = (tmp_path / f"{name}.log").open("w")
@@ -79,22 +80,30 @@ def _wait_for(path: Path, text: str, timeout: float) -> bool:
     return False
 
 
-@pytest.mark.parametrize("distro,twin_transport", [("jazzy", "rclpy"), ("kilted", "rclpy"), ("jazzy", "dds")])
+@pytest.mark.parametrize("distro,twin_transport", [("jazzy", "rclpy"), ("kilted", "rclpy"), ("jazzy", "dds"),
+                                                   ("kilted", "dds")])
 def test_real_node_sees_drives_and_resets_the_twin(ros, tmp_path, distro, twin_transport):
+    """Kilted with the DDS twin: only with type propagation off on the Kilted node (Fast DDS 3's
+    type information is not resolved by Cyclone); then our endpoints show without node name."""
     py = ros_python(distro)
+    kilted_dds = (distro, twin_transport) == ("kilted", "dds")
     twin_py = py if twin_transport == "rclpy" else sys.executable
     twin = ros([twin_py, "-m", "robot_bridge.sim_node", "Reach", "--transport", twin_transport, "--image-size", "32",
                 "--rate", "20"], distro, "twin")
     assert _wait_for(tmp_path / "twin.log", "robot-sim: Reach on domain", 60), (tmp_path / "twin.log").read_text()
     service_works = twin_transport == "rclpy"
-    obs = ros([py, PEER, "observer", "--timeout", "20", "--reset-timeout", "10" if service_works else "2"],
-              distro, "observer")
+    obs = ros([py, PEER, "observer", "--timeout", "20", "--reset-timeout", "10" if service_works else "2",
+               "--graph-timeout", "5" if kilted_dds else "20"], distro, "observer", type_propagation=not kilted_dds)
     obs.wait(90)
     out = _json_tail(tmp_path / "observer.log")
     assert out["rmw"] == "rmw_fastrtps_cpp"
     # the graph: what `ros2 node list`, `ros2 topic info -v` and `ros2 service list` show
-    assert out["graph_ok"] and "sim_robot" in out["nodes"], out
-    assert out["joint_states_publishers"] == ["sim_robot"] and out["cmd_subscribers"] == ["sim_robot"], out
+    assert "sim_robot" in out["nodes"], out
+    if kilted_dds:  # known gap (docs/ros2.md): the endpoints are seen, without their node's name
+        assert out["joint_states_publishers"] == ["_CREATED_BY_BARE_DDS_APP_"], out
+    else:
+        assert out["graph_ok"], out
+        assert out["joint_states_publishers"] == ["sim_robot"] and out["cmd_subscribers"] == ["sim_robot"], out
     assert ["/reset", ["std_srvs/srv/Trigger"]] in out["twin_services"], out
     # data, each kind several times, consistent
     assert min(out["received"].values()) >= 3, out
