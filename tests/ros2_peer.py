@@ -11,7 +11,8 @@ the ROS 2 message packages, never the toolkit. Prints one JSON line with what it
              (std_srvs/srv/Trigger: back to the origin, counts the calls) until its stdin
              closes (or --seconds pass), then prints the counts
   driver     a controller that holds still: publishes [0, 0, 0, -1] on /cmd at 20 Hz for
-             --seconds, counts the geometry_msgs/Twist an operator sends on /teleop
+             --seconds (or until --until-teleop moving Twists came), counts the
+             geometry_msgs/Twist an operator sends on /teleop
 """
 
 from __future__ import annotations
@@ -135,7 +136,8 @@ def driver(args) -> dict:
     teleop: list = []
     node.create_subscription(Twist, "/teleop", lambda m: teleop.append(m), 10)
     node.create_timer(0.05, lambda: cmd.publish(Float64MultiArray(data=[0.0, 0.0, 0.0, -1.0])))
-    spin_until(node, lambda: False, args.seconds)
+    moving = lambda m: abs(m.linear.x) + abs(m.linear.y) + abs(m.linear.z) > 0  # noqa: E731
+    spin_until(node, lambda: sum(map(moving, teleop)) >= args.until_teleop, args.seconds)
     node.destroy_node()
     return {"teleop": len(teleop), "nonzero": sum(abs(m.linear.x) + abs(m.linear.y) + abs(m.linear.z) > 0 for m in teleop)}
 
@@ -147,6 +149,7 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=10.0)
     p.add_argument("--reset-timeout", type=float, default=10.0)
     p.add_argument("--graph-timeout", type=float, default=20.0)
+    p.add_argument("--until-teleop", type=int, default=3)
     p.add_argument("--seconds", type=float, default=60.0)
     args = p.parse_args()
     rclpy.init()
