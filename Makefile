@@ -47,7 +47,7 @@ demo: setup
 test: setup maniskill libero ros2
 	$(PY) -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder --durations=15 tests
 
-test-fast: setup maniskill libero
+test-fast: setup maniskill libero ros2
 	$(PY) -m pytest -q -m "not slow" tests
 
 bench: setup
