@@ -119,4 +119,8 @@ def test_sim2real_robot_on_rclpy(reach_checkpoint, dds_env, tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     eps = json.loads((tmp_path / "out" / "results.json").read_text())["episodes"]
     pick = (lambda c: [(e["seed"], e["success"], e["length"]) for e in eps if e["condition"] == c])
-    assert len(pick("robot")) == 4 and pick("robot") == pick("nominal")
+    robot, nominal = pick("robot"), pick("nominal")
+    assert len(robot) == 4 and [r[:2] for r in robot] == [n[:2] for n in nominal], (robot, nominal)
+    # equal lengths when the machine is quiet; under heavy load (2 cores at load 15-20) an episode
+    # was measured one step longer on rclpy (docs/ros2.md), never more
+    assert all(abs(r[2] - n[2]) <= 1 for r, n in zip(robot, nominal)), (robot, nominal)
