@@ -13,11 +13,12 @@ Observations (dict, B = 1):
                                     image_size (H, W) by `camera` (robot_bridge/camera.py:
                                     decode, roi, centre crop to the aspect, INTER_AREA resize)
   "instruction" list[str] of 1      from the config or a std_msgs/String topic
-Actions float32 [1, A]: the safety filter makes a command of them, published on
-`command_topic` as Float64MultiArray (the A values) or a one-point JointTrajectory.
-Pacing: one command per 1 / control_hz. With `sync`, step waits for a joint state newer
-(header stamp) than the one the action was computed from, so a stepped twin and a robot
-streaming states both work. Episodes end on success (topic, classifier or operator) or
+Actions float32 [1, A]: the safety filter makes a command of them against the newest
+joint state (where the robot is now, even when a late reply left the observation behind),
+published on `command_topic` as Float64MultiArray (the A values) or a one-point
+JointTrajectory. Pacing: one command per 1 / control_hz. With `sync`, step waits for a joint
+state newer (header stamp) than the newest one when the command was sent, so a stepped twin
+and a robot streaming states both work, and a step after a late reply is back in lock step. Episodes end on success (topic, classifier or operator) or
 after max_episode_steps; reset by topic (std_msgs/Int64 seed, acknowledged on
 reset_done_topic), service (std_srvs/Trigger) or operator prompt.
 A received message that cannot be used (a joint state without the configured joints, lengths
@@ -162,6 +163,7 @@ class RobotEnv(VecEnv):
         self.commands_sent = 0
         self.last_command_time = float("nan")
         self._stamp = -1.0  # header stamp of the joint state the current obs was built from
+        self._acted_on = -1.0  # header stamp of the newest joint state when the last command was sent
         self.autoreset = True  # False: step() leaves a finished episode as it ended; the caller resets
         self._grip = 0.0
         self._elapsed = 0
@@ -318,12 +320,19 @@ class RobotEnv(VecEnv):
         self.commands_sent += 1
         self.last_command_time = time.monotonic()  # for latency: command sent - observation received
 
+    def _position(self, js: Received) -> tuple[np.ndarray, float]:
+        """float64 positions the safety filter checks against [3] (tabletop) or [J], and the stamp."""
+        n = 3 if self.cfg.state_layout == "tabletop" else len(self.cfg.joint_names)
+        return self._state_vector(js.msg)[:n], rt.stamp_seconds(js.msg.header.stamp)
+
     def _command(self, action: Any) -> None:
         """Filter and send one command at the next control tick; EnvError when none may be sent."""
         now = time.monotonic()
         if now < self._next_tick:
             time.sleep(self._next_tick - now)
         self._next_tick = max(now, self._next_tick) + 1.0 / self.cfg.control_hz
+        latest = self._js.latest()
+        self._acted_on = max(self._stamp, rt.stamp_seconds(latest.msg.header.stamp) if latest else -1.0)
         if self.safety is None:
             a = np.asarray(action, np.float64).reshape(-1)
             if a.shape != (self.cfg.action_dim,) or not np.isfinite(a).all():
@@ -333,7 +342,10 @@ class RobotEnv(VecEnv):
         while True:
             js = self._js.latest()
             age = time.monotonic() - js.recv_time if js is not None else float("inf")
-            cmd = self.safety.filter(action, self._pos, obs_age=age)
+            # the limits hold for where the robot is now: the newest joint state, which is newer than
+            # the observation when a reply came late (a link fault), not the observation's position
+            pos, stamp = (self._pos, self._stamp) if js is None else self._position(js)
+            cmd = self.safety.filter(action, pos, obs_age=age)
             if cmd is not None:
                 break
             if self.safety.estopped:
@@ -344,6 +356,7 @@ class RobotEnv(VecEnv):
             self._js.wait_newer(js.seq if js else 0, 1.0 / self.cfg.control_hz)
         if self.safety.estopped:  # an e-stop that arrived while filtering
             raise EnvError("robot: e-stop engaged; no further commands")
+        self._acted_on = max(self._stamp, stamp)
         self._publish(cmd)
         if self.cfg.state_layout == "tabletop" and len(cmd) > 3:
             self._grip = float(cmd[3])
@@ -353,7 +366,7 @@ class RobotEnv(VecEnv):
             raise EnvError("robot: call reset() before step()")
         act = action[0] if isinstance(action, torch.Tensor) and action.dim() == 2 and len(action) == 1 else action
         self._command(act)
-        js = self._fresh_state(self._stamp) if self.cfg.sync else self._js.latest()
+        js = self._fresh_state(self._acted_on) if self.cfg.sync else self._js.latest()
         obs = self._observe(js)
         self._elapsed += 1
         success = self._success(obs)
@@ -376,7 +389,7 @@ class RobotEnv(VecEnv):
         frames past success that embodied/robot_rl records for a success classifier)."""
         act = action[0] if isinstance(action, torch.Tensor) and action.dim() == 2 and len(action) == 1 else action
         self._command(act)
-        js = self._fresh_state(self._stamp) if self.cfg.sync else self._js.latest()
+        js = self._fresh_state(self._acted_on) if self.cfg.sync else self._js.latest()
         self._obs = self._observe(js)
         return self._obs
 
