@@ -159,6 +159,12 @@ class TwoHosts:
         self.link.start()
         return self
 
+    def set_down(self, ns: str, down: bool) -> float:
+        """Take host ns's link interface down (a pulled cable) or up; returns the time.monotonic()
+        it took effect. Up again, the kernel restores the peer route with the address."""
+        _ip("-n", ns, "link", "set", self.dev[ns], "down" if down else "up")
+        return time.monotonic()
+
     def dds_env(self, ns: str, domain_id: int) -> dict[str, str]:
         """The environment of a DDS process on host ns: Cyclone on the link's interface only,
         unicast discovery of both hosts' addresses (no multicast, no loopback-only setting)."""
