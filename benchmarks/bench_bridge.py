@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 
 from robot_bridge import ros_types as rt  # noqa: E402
 from robot_bridge.camera import decode  # noqa: E402
-from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, loopback_env, make_transport  # noqa: E402
+from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, loopback_env  # noqa: E402
+from robot_bridge.transport_factory import make_transport  # noqa: E402
 
 JOINTS = ["x", "y", "z", "finger_left", "finger_right"]
 
@@ -144,10 +145,11 @@ def success_comparison(episodes: int, checkpoint: str | None) -> dict:
     import subprocess
     import tempfile
 
-    from embodied.checkpoint import resolve_checkpoint
+    from embodied.run.checkpoint import resolve_checkpoint
     from embodied.config import load_config
-    from embodied.evaluate import evaluate
-    from embodied.train import eval_seeds, train
+    from embodied.eval.evaluate import evaluate
+    from embodied.rl.train import train
+    from embodied.rl.loop_parts import eval_seeds
     from policies.base import Policy
     from sims.registry import make_env
 

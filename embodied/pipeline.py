@@ -4,8 +4,8 @@ a video and a PNG of the success curve.
 
 A pipeline YAML has four sections:
     run_dir: runs/demo
-    collect: {task, episodes, seed, image_size, cameras, noise, expert_speed}   (embodied.collect)
-    sft:     fields of embodied.sft.SFTConfig
+    collect: {task, episodes, seed, image_size, cameras, noise, expert_speed}   (embodied.data.collect)
+    sft:     fields of embodied.imitation.sft.SFTConfig
     rl:      an ExperimentConfig (env / policy / ppo / grpo / train sections)
 The pipeline owns the paths that connect the stages: the dataset is written to
 <run_dir>/data, SFT runs in <run_dir>/sft, RL starts from <run_dir>/sft/final and runs in
@@ -25,7 +25,8 @@ from typing import Any
 
 import torch
 
-from embodied.config import ConfigError, config_from_dict, from_dict
+from embodied.config import config_from_dict
+from embodied.config_loader import ConfigError, find_config, from_dict, load_mapping
 
 
 @dataclass
@@ -36,7 +37,7 @@ class CollectStage:
     image_size: int = 64
     cameras: list[str] = field(default_factory=lambda: ["front"])
     noise: float = 0.0  # DART noise on the executed expert actions
-    expert_speed: float = 1.0  # < 1: a slower demonstrator (its motion scaled; embodied.collect)
+    expert_speed: float = 1.0  # < 1: a slower demonstrator (its motion scaled; embodied.data.collect)
 
 
 OWNED = {"sft": ("dataset", "run_dir"), "rl.policy": ("init_from",), "rl.train": ("run_dir",)}
@@ -44,20 +45,9 @@ OWNED = {"sft": ("dataset", "run_dir"), "rl.policy": ("init_from",), "rl.train":
 
 def load_pipeline(path: str | Path, overrides: list[str] = ()) -> tuple[Path, CollectStage, Any, Any]:
     """(run_dir, collect, SFTConfig, ExperimentConfig) from a pipeline YAML; one-line errors."""
-    import yaml
+    from embodied.imitation.sft import SFTConfig
 
-    from embodied.config import _set_dotted
-    from embodied.sft import SFTConfig
-
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    raw = yaml.safe_load(path.read_text()) or {}
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"override {item!r}: expected key=value, e.g. rl.train.total_steps=20000")
-        _set_dotted(raw, key.strip(), yaml.safe_load(value))
+    raw = load_mapping(path, overrides, example="rl.train.total_steps=20000")
     unknown = sorted(set(raw) - {"run_dir", "collect", "sft", "rl"})
     if unknown:
         raise ConfigError(f"unknown pipeline section '{unknown[0]}'; allowed: run_dir, collect, sft, rl")
@@ -103,10 +93,10 @@ def plot_success(curve: list[tuple[int, float]], sft_success: float, out: Path, 
 
 
 def run_pipeline(run_dir: Path, collect: CollectStage, sft_cfg: Any, rl_cfg: Any) -> dict[str, Any]:
-    from embodied.collect import collect_demos
-    from embodied.lerobot import LeRobotDataset
-    from embodied.sft import build_policy, train_sft
-    from embodied.train import train
+    from embodied.data.collect import collect_demos
+    from embodied.data.lerobot import LeRobotDataset
+    from embodied.imitation.sft import build_policy, train_sft
+    from embodied.rl.train import train
 
     t0 = time.time()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -138,9 +128,7 @@ def run_pipeline(run_dir: Path, collect: CollectStage, sft_cfg: Any, rl_cfg: Any
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
-    from embodied.cli import _find_config
-
-    summary = run_pipeline(*load_pipeline(_find_config(args.config), args.overrides))
+    summary = run_pipeline(*load_pipeline(find_config(args.config), args.overrides))
     print(f"success after SFT (before RL): {summary['success_sft']:.2f}")
     print(f"success after RL:              {summary['success_rl']:.2f}   "
           f"({summary['eval_episodes']} fixed seeds, deterministic)")

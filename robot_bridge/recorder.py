@@ -1,4 +1,4 @@
-"""Recording into our episode dataset format (embodied.dataset.EpisodeWriter, what `embodied
+"""Recording into our episode dataset format (embodied.data.dataset.EpisodeWriter, what `embodied
 collect` writes).
 
 `RecordingEnv` wraps a VecEnv with B = 1 (RobotEnv, or a simulator) and hands each episode to
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from embodied.dataset import DatasetError, EpisodeWriter
+from embodied.data.dataset import DatasetError, EpisodeWriter
 from robot_bridge import ros_types as rt
 from robot_bridge.camera import CameraTransform, decode
 from sims.vecenv import EnvError, Obs, Seed, StepResult, VecEnv
@@ -45,7 +45,8 @@ def camera_transform_of(env: Any) -> CameraTransform | None:
     return None
 
 
-def _writer(root: str | Path, task: str, spec: dict[str, Any], transform: CameraTransform | None) -> EpisodeWriter:
+def episode_writer(root: str | Path, task: str, spec: dict[str, Any],
+                   transform: CameraTransform | None) -> EpisodeWriter:
     """An EpisodeWriter whose spec carries the camera transform; refuses to mix transforms."""
     if transform is not None:
         spec = {**spec, "camera_transform": transform.to_dict()}
@@ -65,7 +66,7 @@ class RecordingEnv(VecEnv):
             raise EnvError(f"num_envs: RecordingEnv records one env, got {env.num_envs}")
         self.env, self.spec, self.device = env, env.spec, env.device
         self.camera = camera_transform_of(env)
-        self.writer = _writer(root, env.spec.task, _spec_dict(env.spec), self.camera)
+        self.writer = episode_writer(root, env.spec.task, _spec_dict(env.spec), self.camera)
         self._steps: list[dict[str, torch.Tensor]] = []
         self._obs: Obs | None = None
         self._seed: int | None = None
@@ -166,7 +167,7 @@ def ingest_rosbag(bag: str | Path, out: str | Path, task: str, topics: BagTopics
                 grip = float(a[3])
         else:
             latest[topic] = msg
-    writer = _writer(out, task, {"task": task, "num_envs": 1, "control_hz": topics.control_hz,
+    writer = episode_writer(out, task, {"task": task, "num_envs": 1, "control_hz": topics.control_hz,
                                  "source": f"rosbag2:{Path(bag).name}"}, topics.camera)
     written = 0
     for steps in episodes:

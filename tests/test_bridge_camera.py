@@ -56,7 +56,8 @@ def frame_message(name: str, t: float):
 def camera_robot(seconds: float) -> None:
     """The second process: a robot with four cameras, streaming at 30 Hz, echoing resets; every
     fourth frame is followed by a broken PNG on the png camera."""
-    from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, make_transport
+    from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS
+    from robot_bridge.transport_factory import make_transport
 
     tr = make_transport("dds", node_name="camera_robot")
     js = tr.publisher("/joint_states", "sensor_msgs/msg/JointState", SENSOR_QOS)
@@ -174,7 +175,7 @@ def test_raw_bgr8_and_mono8_at_odd_sizes_with_row_padding(robot):
 
 
 def test_recorder_writes_the_transform_into_the_dataset(robot, tmp_path):
-    from embodied.dataset import DatasetError, read_episodes
+    from embodied.data.dataset import DatasetError, read_episodes
     from robot_bridge.recorder import RecordingEnv
 
     rec = RecordingEnv(_env("sensor_msgs/msg/CompressedImage", ["jpeg"], (64, 64)), tmp_path / "ds")

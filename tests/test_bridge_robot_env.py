@@ -18,7 +18,8 @@ import torch
 from robot_bridge import ros_types as rt
 from robot_bridge.robot_env import RobotEnv, RobotEnvConfig
 from robot_bridge.safety import SafetyConfig, SafetyFilter
-from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, make_transport
+from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS
+from robot_bridge.transport_factory import make_transport
 from sims.vecenv import EnvError
 from test_bridge_safety import TIGHT, fuzz_actions
 
@@ -185,7 +186,7 @@ def test_estop_stops_commands_within_one_period(dds_env):
 
 
 def test_killed_robot_node_gives_one_line_error_and_keeps_episodes(dds_env, tmp_path):
-    from embodied.dataset import read_meta
+    from embodied.data.dataset import read_meta
     from robot_bridge.recorder import RecordingEnv
 
     proc = subprocess.Popen([sys.executable, "-m", "robot_bridge.sim_node", "Reach", "--transport", "dds",

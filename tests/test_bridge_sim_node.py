@@ -16,8 +16,9 @@ import torch
 
 from robot_bridge import ros_types as rt
 from robot_bridge.robot_env import RobotEnv, RobotEnvConfig
-from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, TransportError, make_transport
+from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, TransportError
 
+from robot_bridge.transport_factory import make_transport
 ROOT = Path(__file__).resolve().parent.parent
 
 

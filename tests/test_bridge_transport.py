@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from robot_bridge import ros_types as rt
-from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, TransportError, make_transport
+from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, TransportError
 
 
+from robot_bridge.transport_factory import make_transport
 @pytest.fixture
 def pair(dds_env):
     a, b = make_transport("dds"), make_transport("dds")

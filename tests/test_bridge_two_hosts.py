@@ -89,7 +89,8 @@ def monitor(out: Path, seconds: float) -> None:
     """Robot host: every command that reaches the robot (receive time) and every state the
     robot reports (header stamp, TCP), for the receiver-side limit check."""
     from robot_bridge import ros_types as rt
-    from robot_bridge.transport import COMMAND_QOS, make_transport
+    from robot_bridge.transport import COMMAND_QOS
+    from robot_bridge.transport_factory import make_transport
 
     log = open(out, "a", buffering=1)
     tr = make_transport("dds", node_name="cmd_monitor")

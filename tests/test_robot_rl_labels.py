@@ -12,7 +12,8 @@ import torch
 from embodied.robot_rl.config import FinetuneConfigError, config_from_dict
 from embodied.robot_rl.labels import LabelConfig, Labels
 from robot_bridge import ros_types as rt
-from robot_bridge.transport import COMMAND_QOS, make_transport
+from robot_bridge.transport import COMMAND_QOS
+from robot_bridge.transport_factory import make_transport
 from sims.vecenv import EnvError
 
 
@@ -105,7 +106,7 @@ def test_actor_ends_an_episode_on_a_label(tmp_path):
     actor, (first, second, third) = _labelled_episodes(cfg, run, ["success", "failure", "reset"])
     assert (first["success"], first["steps"]) == (True, 1) and (second["success"], second["steps"]) == (False, 1)
     assert (third["success"], third["steps"], third["label"], second["label"]) == (False, 1, "reset", "failure")
-    from embodied.dataset import read_episodes
+    from embodied.data.dataset import read_episodes
 
     eps = list(read_episodes(run / "online"))
     assert eps[0]["success"].tolist() == [True, True]  # the labelled step and its kept frame
@@ -115,7 +116,7 @@ def test_actor_ends_an_episode_on_a_label(tmp_path):
 
 
 def test_frames_past_a_success_are_recorded_as_positives_and_not_streamed(tmp_path):
-    from embodied.dataset import read_episodes
+    from embodied.data.dataset import read_episodes
     from embodied.robot_rl.reward import episode_frames
 
     robot = {"task": "Reach", "privileged_topic": "/privileged", "privileged_dim": 15}

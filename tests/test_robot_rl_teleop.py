@@ -11,7 +11,8 @@ import pytest
 from embodied.robot_rl.config import FinetuneConfigError, config_from_dict
 from robot_bridge import ros_types as rt
 from robot_bridge.teleop import Teleop, TeleopConfig, twist
-from robot_bridge.transport import COMMAND_QOS, make_transport
+from robot_bridge.transport import COMMAND_QOS
+from robot_bridge.transport_factory import make_transport
 from sims.vecenv import EnvError
 
 

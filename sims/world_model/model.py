@@ -90,7 +90,7 @@ class WorldModelConfig:
     # episodes' own states under their own actions): the env's model_noise adds it back as
     # Gaussian noise (PETS's aleatoric sampling); [] = not calibrated (written before it existed)
     residual_std: list[float] = field(default_factory=list)
-    # a learned, state-dependent noise (sims/world_model/noise.py): an MLP of (latent, action)
+    # a learned, state-dependent noise (embodied/world_model/noise.py): an MLP of (latent, action)
     # scales residual_std per dimension, fit after training on the held-out episodes' one-step
     # errors, so that model_noise is small where the dynamics are sure (a cube at rest) and
     # large where they are not (contact); false: residual_std everywhere
@@ -112,7 +112,7 @@ def derived_fields(task: str) -> tuple[torch.Tensor, list[slice]]:
     """The fields of a task's privileged vector that follow from others: rows [K, 3] (the index
     of an entry of a - b, of a's entry, of b's; one row per coordinate) and the slices of its
     unit quaternions."""
-    from sims.registry import task_class
+    from sims.mujoco.tasks.registry import task_class
 
     cls = task_class(task)
     L = cls.layout

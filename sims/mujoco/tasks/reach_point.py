@@ -23,12 +23,13 @@ import numpy as np
 
 from sims.mujoco.tasks.base import Episode
 from sims.mujoco.tasks.reach import Reach
+from sims.mujoco.tasks.registry import register_task
 
 GOAL = (0.10, -0.08, 0.08)  # m, world frame
 
 
+@register_task("ReachPoint")
 class ReachPoint(Reach):
-    name = "ReachPoint"
     max_episode_steps = 12
 
     def sample_episode(self, rng: np.random.Generator, n: int) -> Episode:
