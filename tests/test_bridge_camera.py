@@ -198,6 +198,42 @@ def test_recorder_writes_the_transform_into_the_dataset(robot, tmp_path):
         other.close()
 
 
+def test_a_real_rclpy_camera_node_640x480_jpeg(dds_env, tmp_path):
+    """A real ROS 2 node (Jazzy rclpy, Fast DDS, its own process) publishes a 640 x 480 JPEG
+    CompressedImage; RobotEnv (DDS transport) gets exactly OpenCV's transform of it."""
+    py = ROOT / ".venv-ros-jazzy" / "bin" / "python"
+    if not py.exists():
+        pytest.skip(".venv-ros-jazzy missing: build it with `make ros2` (ROS 2 Jazzy wheels)")
+    from robot_bridge.transport import fastdds_loopback_env  # with the ROS 2 venvs (make ros2)
+
+    jpeg = tmp_path / "frame.jpg"
+    _, _, h, w, _ = CAMERAS["jpeg"]
+    jpeg.write_bytes(cam.compressed(source_frame("jpeg", h, w), "jpeg", quality=90).data.tobytes())
+    env = {**os.environ, **fastdds_loopback_env(tmp_path), "ROS_DISTRO": "jazzy", "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("FASTDDS_DEFAULT_PROFILES_FILE")  # Jazzy's Fast DDS 2 reads FASTRTPS_DEFAULT_PROFILES_FILE
+    proc = subprocess.Popen([str(py), str(ROOT / "tests" / "ros2_camera.py"), "--jpeg", str(jpeg), "--seconds", "60"],
+                            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "camera up"
+        robot = RobotEnv(RobotEnvConfig(task="camera", image_topics={"front": "/camera/image_raw/compressed"},
+                                        image_type="sensor_msgs/msg/CompressedImage", success="classifier",
+                                        transport="dds", obs_timeout_s=10.0), success_fn=lambda obs: False)
+        try:
+            obs, _ = robot.reset(seed=0)
+            obs = robot.step(torch.zeros(1, 4)).obs
+            assert tuple(obs["rgb_front"].shape) == (1, 64, 64, 3)
+            np.testing.assert_array_equal(obs["rgb_front"][0].numpy(), expected("jpeg", (64, 64)))
+        finally:
+            robot.close()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def test_transform_geometry_and_config_errors():
     t = cam.CameraTransform((64, 64))
     assert t.window(480, 640) == (80, 0, 480, 480)  # centre crop to square, then INTER_AREA
