@@ -165,6 +165,7 @@ class RobotEnv(VecEnv):
         self.last_command_time = float("nan")
         self._stamp = -1.0  # header stamp of the joint state the current obs was built from
         self._acted_on = -1.0  # header stamp of the newest joint state when the last command was sent
+        self._unanswered = False  # sync: the last command's step timed out before the robot's answer came
         self.autoreset = True  # False: step() leaves a finished episode as it ended; the caller resets
         self._grip = 0.0
         self._elapsed = 0
@@ -308,6 +309,7 @@ class RobotEnv(VecEnv):
         if self.safety is not None:
             self.safety.hold_gripper = self._grip
         self._elapsed = 0
+        self._unanswered = False
         self._obs = self._observe(js)
         return self._obs, {}
 
@@ -319,6 +321,7 @@ class RobotEnv(VecEnv):
         else:
             self._cmd.publish(rt.joint_trajectory(c.joint_names[:len(cmd)], cmd[None], 1.0 / c.control_hz))
         self.commands_sent += 1
+        self._unanswered = True  # until a state newer than _acted_on arrives (step's _fresh_state)
         self.last_command_time = time.monotonic()  # for latency: command sent - observation received
 
     def _position(self, js: Received) -> tuple[np.ndarray, float]:
@@ -332,6 +335,12 @@ class RobotEnv(VecEnv):
         if now < self._next_tick:
             time.sleep(self._next_tick - now)
         self._next_tick = max(now, self._next_tick) + 1.0 / self.cfg.control_hz
+        if self.cfg.sync and self._unanswered:
+            # the last command's answer did not come in time (a link fault); it may still arrive and
+            # move the robot, so the next command waits for it: else its limits would be checked
+            # against a state the robot has already left
+            self._fresh_state(self._acted_on)
+            self._unanswered = False
         latest = self._js.latest()
         self._acted_on = max(self._stamp, rt.stamp_seconds(latest.msg.header.stamp) if latest else -1.0)
         if self.safety is None:
@@ -368,6 +377,7 @@ class RobotEnv(VecEnv):
         act = action[0] if isinstance(action, torch.Tensor) and action.dim() == 2 and len(action) == 1 else action
         self._command(act)
         js = self._fresh_state(self._acted_on) if self.cfg.sync else self._js.latest()
+        self._unanswered = False
         obs = self._observe(js)
         self._elapsed += 1
         success = self._success(obs)
@@ -391,6 +401,7 @@ class RobotEnv(VecEnv):
         act = action[0] if isinstance(action, torch.Tensor) and action.dim() == 2 and len(action) == 1 else action
         self._command(act)
         js = self._fresh_state(self._acted_on) if self.cfg.sync else self._js.latest()
+        self._unanswered = False
         self._obs = self._observe(js)
         return self._obs
 
