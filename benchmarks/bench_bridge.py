@@ -155,7 +155,7 @@ def success_comparison(episodes: int, checkpoint: str | None) -> dict:
 
     if checkpoint is None:
         checkpoint = tempfile.mkdtemp(prefix="bench_reach_")
-        train(load_config(ROOT / "configs" / "ppo_reach.yaml", ["train.total_steps=60000", f"train.run_dir={checkpoint}",
+        train(load_config(ROOT / "configs" / "ppo" / "ppo_reach.yaml", ["train.total_steps=60000", f"train.run_dir={checkpoint}",
                                                                  "train.progress=false", "train.eval_every=0",
                                                                  "train.video_episodes=0"]))
     ckpt = resolve_checkpoint(checkpoint)

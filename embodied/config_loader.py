@@ -3,7 +3,7 @@ into a mapping, then into typed dataclasses. Every command reads its config thro
 `embodied train` (embodied/config.py), `embodied sft`, `embodied pipeline`,
 `embodied finetune-robot` (embodied/robot_rl/config.py) and `embodied world-model train`.
 
-    find_config("ppo/reach")                     # configs/ppo/reach.yaml, or the path itself
+    find_config("ppo_reach")                     # configs/ppo/ppo_reach.yaml, or the path itself
     raw = load_mapping(path, ["ppo.lr=1e-3"])    # the YAML's mapping with the overrides set
     cfg = from_dict(ExperimentConfig, raw)       # typed and checked, key by key
 
@@ -30,19 +30,27 @@ class ConfigError(ValueError):
 
 
 def find_config(name: str | Path) -> Path:
-    """A config path, or the name of a file under configs/ (with or without .yaml), e.g.
-    "ppo/reach"; a name that matches nothing comes back as given (the loader reports it)."""
+    """A config path; or a name under configs/ (with or without .yaml): "ppo/ppo_reach", or
+    just "ppo_reach" when one kind folder holds it. A name that matches nothing comes back as
+    given (the loader reports it missing); one that two folders hold is a ConfigError."""
     path = Path(name)
     if path.is_file():
         return path
     for cand in (CONFIG_DIR / name, CONFIG_DIR / f"{name}.yaml"):
         if cand.is_file():
             return cand
+    if len(path.parts) == 1:
+        found = sorted({p for n in (path.name, f"{path.name}.yaml") for p in CONFIG_DIR.glob(f"*/{n}") if p.is_file()})
+        if len(found) > 1:
+            raise ConfigError(f"config {name!r}: {' and '.join(str(p.relative_to(CONFIG_DIR)) for p in found)} "
+                              f"both match; give the folder, e.g. {found[0].parent.name}/{path.name}")
+        if found:
+            return found[0]
     return path
 
 
 def config_names() -> list[str]:
-    """Every config under configs/ as the name find_config takes ("ppo/reach"), sorted."""
+    """Every config under configs/ as its folder and name ("ppo/ppo_reach"), sorted."""
     return sorted(str(p.relative_to(CONFIG_DIR).with_suffix("")) for p in CONFIG_DIR.rglob("*.yaml"))
 
 

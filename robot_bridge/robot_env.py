@@ -18,9 +18,11 @@ joint state (where the robot is now, even when a late reply left the observation
 published on `command_topic` as Float64MultiArray (the A values) or a one-point
 JointTrajectory. Pacing: one command per 1 / control_hz. With `sync`, step waits for a joint
 state newer (header stamp) than the newest one when the command was sent, so a stepped twin
-and a robot streaming states both work, and a step after a late reply is back in lock step. Episodes end on success (topic, classifier or operator) or
-after max_episode_steps; reset by topic (std_msgs/Int64 seed, acknowledged on
-reset_done_topic), service (std_srvs/Trigger) or operator prompt.
+and a robot streaming states both work, and a step after a late reply is back in lock step; a
+command whose step timed out is answered (a newer state) before the next one is checked.
+Episodes end on success (topic, classifier or operator) or after max_episode_steps; reset by
+topic (std_msgs/Int64 seed, acknowledged on reset_done_topic), service (std_srvs/Trigger) or
+operator prompt.
 A received message that cannot be used (a joint state without the configured joints, lengths
 that disagree, NaN or inf; a privileged vector of the wrong size; an image that does not fit
 its encoding, or does not decode) is dropped with a logged warning, never raised: the last

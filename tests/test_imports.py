@@ -1,5 +1,5 @@
-"""The import rules (tools/check_imports.py): no circles between modules, nothing of embodied/
-imported by sims/ or policies/, no learner room imported by robot_bridge/."""
+"""The import rules (tools/check_imports.py): no circles between modules; sims/ and policies/
+import nothing of embodied/ nor each other; robot_bridge/ imports neither policies/ nor a learner room."""
 
 import subprocess
 import sys

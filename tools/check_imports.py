@@ -5,9 +5,11 @@ source, at module level or inside a function (a lazy import is still a dependenc
 under `if TYPE_CHECKING:`. `from p import x` points at the module p.x when x is one, else at p.
 Rules:
   - no import circles between modules;
-  - sims/ and policies/ import nothing of embodied/ (a simulator or a policy knows no learner);
-  - robot_bridge/ imports none of the learner rooms (embodied.rl, embodied.robot_rl,
-    embodied.distributed, embodied.imitation): the bridge runs on the robot without them.
+  - sims/ and policies/ import nothing of embodied/ (a simulator or a policy knows no learner),
+    nor each other (docs/architecture.md: data flows env -> collector -> learner);
+  - robot_bridge/ imports neither policies/ nor the learner rooms (embodied.rl,
+    embodied.robot_rl, embodied.distributed, embodied.imitation): the bridge runs on the robot
+    without them (its recorder writes embodied/data/ datasets; the policy node is embodied/deploy/).
 
     python tools/check_imports.py          # prints every violation; exit 1 if any
 """
@@ -21,9 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("embodied", "sims", "policies", "robot_bridge")
 FORBIDDEN = {  # importer prefix -> imported prefixes it must not reach
-    "sims": ("embodied",),
-    "policies": ("embodied",),
-    "robot_bridge": ("embodied.rl", "embodied.robot_rl", "embodied.distributed", "embodied.imitation"),
+    "sims": ("embodied", "policies"),
+    "policies": ("embodied", "sims"),
+    "robot_bridge": ("policies", "embodied.rl", "embodied.robot_rl", "embodied.distributed", "embodied.imitation"),
 }
 
 

@@ -1,7 +1,7 @@
 """The synchronous training loop over roles: collect on the rollout role's weights, update on
 the learner(s), push the new weights (with their version) to the rollout role. The same loop
 runs with `backend: local` (one process) and `backend: ray` (actors); with a fixed seed both
-give identical weights (tests/test_distributed_roles.py).
+give identical weights (tests/distributed/test_distributed_roles.py).
 
 `train_roles` is the Python API (a fixed number of iterations, optionally up to k versions stale);
 `embodied train` with train.backend / train.placement runs embodied/distributed/trainer.py,

@@ -1,4 +1,4 @@
-"""`embodied finetune-robot` configuration: one YAML file (configs/finetune_*.yaml), sections
+"""`embodied finetune-robot` configuration: one YAML file (configs/finetune/finetune_*.yaml), sections
 robot (RobotEnvConfig, with safety: SafetyConfig), sac (SACConfig), teleop (TeleopConfig or
 null), labels (LabelConfig or null: success / failure from the operator), sim (SimConfig or null: the twin in the actor's process instead of ROS 2),
 residual (ResidualConfig or null: a bounded residual on a frozen SFT'd VLA), actor,
