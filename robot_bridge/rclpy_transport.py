@@ -10,8 +10,15 @@ Messages stay rosbags dataclasses: publishers send rosbags' CDR bytes through rc
 publish (`Publisher.publish(bytes)`), subscriptions are created with `raw=True` and decoded
 by rosbags, so both transports hand the same objects to the bridge. Message and service classes
 come from their packages' Python modules (`sensor_msgs.msg.JointState`; the wheels have no
-rosidl_runtime_py). Services convert through rclpy.serialization. A MultiThreadedExecutor spins
-the node on a background thread. As in the DDS transport, a message that does not decode, or a
+rosidl_runtime_py). Services convert through rclpy.serialization.
+
+Messages are handed over in the order they arrived, across topics, as the DDS transport does (the
+bridge relies on it: a frame's joint states come last, after its success and privileged
+observation). An executor takes the ready subscriptions of one wait in creation order, not
+arrival order, so one thread spins a SingleThreadedExecutor, collects what one wait made ready
+(each message with its middleware reception time), and delivers it sorted by that time. Found by
+`sim2real --robot` on rclpy under load: a success taken after the joint states of its frame made
+an episode one step longer than in simulation. As in the DDS transport, a message that does not decode, or a
 callback or service handler that raises, is logged and dropped (an exception would otherwise end
 the executor's thread).
 """
@@ -19,6 +26,7 @@ the executor's thread).
 from __future__ import annotations
 
 import importlib
+import itertools
 import logging
 import threading
 from typing import Any, Callable
@@ -65,7 +73,7 @@ class RclpyTransport(Transport):
 
     def __init__(self, domain_id: int = 0, node_name: str = "embodied"):
         import rclpy
-        from rclpy.executors import MultiThreadedExecutor
+        from rclpy.executors import SingleThreadedExecutor
 
         self.domain_id = domain_id
         self._lock = threading.Lock()
@@ -73,16 +81,32 @@ class RclpyTransport(Transport):
         self.context = rclpy.Context()
         rclpy.init(context=self.context, domain_id=domain_id)
         self.node = rclpy.create_node(node_name, context=self.context)
-        self.executor = MultiThreadedExecutor(context=self.context)
+        self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
+        self._ready: list[tuple[int, int, Callable[[bytes], None], bytes]] = []  # spin thread only
+        self._arrivals = itertools.count()
+        self._work = 0  # callbacks run by the executor (subscriptions, service handlers)
         self._thread = threading.Thread(target=self._spin, daemon=True)
         self._thread.start()
 
     def _spin(self) -> None:
         try:
-            self.executor.spin()
+            while self.context.ok():
+                self.executor.spin_once(timeout_sec=0.05)
+                while True:  # the rest of what that wait made ready
+                    before = self._work
+                    self.executor.spin_once(timeout_sec=0.0)
+                    if self._work == before:
+                        break
+                self._flush()
         except Exception:  # the context was shut down
             pass
+
+    def _flush(self) -> None:
+        """Deliver the collected messages in the order the middleware received them."""
+        ready, self._ready = sorted(self._ready, key=lambda r: r[:2]), []
+        for _, _, deliver, data in ready:
+            deliver(data)
 
     def publisher(self, topic: str, msg_type: str, qos: QosProfile = COMMAND_QOS) -> Publisher:
         msg_type = rt.normalize_type(msg_type)
@@ -94,12 +118,16 @@ class RclpyTransport(Transport):
         msg_type = rt.normalize_type(msg_type)
         sub = Subscription(topic, msg_type, callback)
 
-        def on_raw(data: bytes) -> None:
+        def deliver(data: bytes) -> None:
             try:
                 sub._deliver(rt.deserialize(data, msg_type))
             except Exception as e:  # a bad sample (or callback) must not end the executor
                 log.warning("rclpy: %s: ignored a message that is not a valid %s (%s: %s)", topic, msg_type,
                             type(e).__name__, str(e)[:200])
+
+        def on_raw(data: bytes, info: Any) -> None:
+            self._work += 1
+            self._ready.append((int(info.get("received_timestamp", 0)), next(self._arrivals), deliver, data))
 
         self.node.create_subscription(_ros_class(msg_type), topic, on_raw, _qos(qos), raw=True)
         return sub
@@ -130,6 +158,7 @@ class RclpyTransport(Transport):
         srv = _ros_class(srv_type)
 
         def answer(request: Any, response: Any) -> Any:
+            self._work += 1
             try:
                 ours = handler(rt.deserialize(serialize_message(request), f"{srv_type}_Request"))
                 return deserialize_message(rt.serialize(ours, f"{srv_type}_Response"), srv.Response)
