@@ -213,21 +213,6 @@ def camera_info(width: int, height: int, fovy_deg: float, frame_id: str = "camer
         d=np.zeros(5), k=k, r=np.eye(3).reshape(-1), p=p, binning_x=0, binning_y=0, roi=roi)
 
 
-def image_to_rgb(msg: Any) -> np.ndarray:
-    """sensor_msgs/msg/Image (rgb8 or bgr8) or CompressedImage (jpeg/png) -> uint8 [H, W, 3]."""
-    if hasattr(msg, "format"):  # CompressedImage
-        import io
-
-        from PIL import Image as PILImage
-
-        return np.asarray(PILImage.open(io.BytesIO(bytes(msg.data))).convert("RGB"))
-    if msg.encoding not in ("rgb8", "bgr8"):
-        raise MessageError(f"image.encoding: got {msg.encoding!r}; allowed: rgb8, bgr8")
-    arr = np.asarray(msg.data, np.uint8).reshape(msg.height, msg.step)[:, :msg.width * 3]
-    arr = arr.reshape(msg.height, msg.width, 3)
-    return arr[..., ::-1].copy() if msg.encoding == "bgr8" else arr.copy()
-
-
 def float64_array(values: np.ndarray, labels: Sequence[str] = ()) -> Any:
     """std_msgs/msg/Float64MultiArray; a [K, A] array gets two layout dims (labels optional)."""
     v = np.asarray(values, np.float64)

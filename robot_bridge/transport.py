@@ -208,3 +208,21 @@ def loopback_env(domain_id: int | None = None, directory: str | Path | None = No
     (a random domain in [100, 199] when none is given). Apply them before the first participant."""
     dom = random.randint(100, 199) if domain_id is None else int(domain_id)
     return {"CYCLONEDDS_URI": loopback_config(directory), "ROS_DOMAIN_ID": str(dom)}
+
+
+def network_config(interface: str, peers: list[str], directory: str | Path | None = None) -> str:
+    """Write a Cyclone config for a robot and a learner on different hosts: DDS on `interface`
+    only, multicast off, discovery by unicast to `peers` (the addresses of every host that
+    runs a node, this one included). Returns a CYCLONEDDS_URI value (file://...)."""
+    from xml.sax.saxutils import quoteattr
+
+    directory = Path(directory or tempfile.gettempdir())
+    directory.mkdir(parents=True, exist_ok=True)
+    xml = ("<CycloneDDS><Domain id=\"any\"><General><Interfaces>"
+           f"<NetworkInterface name={quoteattr(interface)}/></Interfaces><AllowMulticast>false</AllowMulticast>"
+           "</General><Discovery><Peers>" + "".join(f"<Peer address={quoteattr(p)}/>" for p in peers)
+           + "</Peers><ParticipantIndex>auto</ParticipantIndex><MaxAutoParticipantIndex>50"
+           "</MaxAutoParticipantIndex></Discovery></Domain></CycloneDDS>")
+    path = directory / f"cyclonedds_{interface}.xml"
+    path.write_text(xml)
+    return path.resolve().as_uri()
