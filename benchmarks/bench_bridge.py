@@ -30,8 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from robot_bridge import ros_types as rt  # noqa: E402
+from robot_bridge.camera import decode  # noqa: E402
 from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, loopback_env  # noqa: E402
-from robot_bridge.transport_factory import make_transport
+from robot_bridge.transport_factory import make_transport  # noqa: E402
 
 JOINTS = ["x", "y", "z", "finger_left", "finger_right"]
 
@@ -54,7 +55,7 @@ def policy_process(ready, stop) -> None:
             continue
         seen = got.seq
         im = img.latest()
-        rgb = rt.image_to_rgb(im.msg) if im is not None else None  # the observation a policy gets
+        rgb = decode(im.msg) if im is not None else None  # the observation a policy gets
         state = np.concatenate([got.msg.position, got.msg.velocity]).astype(np.float32)
         _ = (rgb, state)
         cmd.publish(rt.float64_array([rt.stamp_seconds(got.msg.header.stamp), 0.0, 0.0, 0.0, 0.0]))

@@ -63,12 +63,17 @@ from embodied.distributed.loop import build_roles
 from embodied.distributed.placement import preset
 from embodied.rl.rollout import RolloutCollector
 from embodied.rl.loop_parts import build_env
+from embodied.run.device import resolve_device, to_device
 from policies.registry import build_policy
+
+
+DEVICE = "cpu"  # --device: where the policy runs (train.device), in every mode
 
 
 def config(envs: int, steps: int, hidden: int, threads: int) -> object:
     return load_config(None, [f"env.task=PushCube", f"env.num_envs={envs}", f"ppo.rollout_steps={steps}",
-                              f"policy.hidden_sizes=[{hidden},{hidden}]", f"env.num_threads={threads}"])
+                              f"policy.hidden_sizes=[{hidden},{hidden}]", f"env.num_threads={threads}",
+                              f"train.device={DEVICE}"])
 
 
 def balance(envs: int, threads: int) -> tuple[int, float, float]:
@@ -83,12 +88,14 @@ def balance(envs: int, threads: int) -> tuple[int, float, float]:
     env_s = (time.perf_counter() - t) / 20
     best = None
     for hidden in (64, 128, 256, 512, 768, 1024, 1536, 2048, 3072, 4096):
-        policy = build_policy(config(envs, 1, hidden, threads).policy, env.spec)
+        dev = resolve_device(DEVICE)
+        policy = build_policy(config(envs, 1, hidden, threads).policy, env.spec).to(dev)
+        obs_d = to_device(obs, dev)
         with torch.no_grad():
-            policy.act(obs)
+            policy.act(obs_d)
             t = time.perf_counter()
             for _ in range(10):
-                policy.act(obs)
+                policy.act(obs_d).actions.cpu()  # the actions go back to the CPU env
         inf_s = (time.perf_counter() - t) / 10
         if best is None or abs(inf_s - env_s) < abs(best[2] - env_s):
             best = (hidden, env_s, inf_s)
@@ -107,7 +114,8 @@ def run_train_py(cfg: object, threads: int) -> tuple[float, float]:
     torch.set_num_threads(threads)
     env = build_env(cfg.env)
     torch.manual_seed(0)
-    collector = RolloutCollector(env, build_policy(cfg.policy, env.spec), cfg.ppo.rollout_steps)
+    policy = build_policy(cfg.policy, env.spec).to(resolve_device(cfg.train.device))
+    collector = RolloutCollector(env, policy, cfg.ppo.rollout_steps)
     collector.reset(seed=0)
     collector.collect()  # warm-up
     t, c = time.perf_counter(), cpu_seconds()
@@ -354,7 +362,10 @@ def main() -> None:
     ap.add_argument("--overlap", action="store_true", help="max_staleness 1 vs 0 instead (module doc)")
     ap.add_argument("--backend", choices=("ray", "local"), default="ray", help="the --overlap roles' backend")
     ap.add_argument("--iterations", type=int, default=6, help="timed iterations per --overlap run")
+    ap.add_argument("--device", default="cpu", help="train.device of the policy in every mode (cpu, cuda, ...)")
     args = ap.parse_args()
+    global DEVICE
+    DEVICE = args.device
     if args.overlap:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray on 127.0.0.1 only
         overlap(args.envs, args.steps, args.iterations, args.repeats, args.backend)

@@ -43,12 +43,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from embodied.rl.loop_parts import build_env, config_from_checkpoint, eval_seeds
     from policies.base import Policy
 
+    from embodied.run.device import resolve_device
+
     ckpt = resolve_checkpoint(args.checkpoint)
     cfg = config_from_checkpoint(ckpt, args.overrides)
-    policy = Policy.from_pretrained(ckpt / "policy")
+    device = resolve_device(cfg.train.device)  # train.device=... among the overrides; auto by default
+    policy = Policy.from_pretrained(ckpt / "policy").to(device)
     policy.eval()
     episodes = args.episodes or cfg.train.eval_episodes
-    env = build_env(cfg.env, min(episodes, 64))
+    env = build_env(cfg.env, min(episodes, 64), device=device)
     video = Path(args.video) if args.video else None
     res = evaluate(policy, env, eval_seeds(episodes), video_path=video)
     env.close()
@@ -208,6 +211,7 @@ def parser() -> argparse.ArgumentParser:
     s2r.add_argument("--num-envs", type=int, default=64, help="simulated envs run at once")
     s2r.add_argument("--no-videos", action="store_true", help="skip the first-failure videos")
     s2r.add_argument("--out", required=True, help="report folder")
+    s2r.add_argument("--device", default="auto", help="where the policies run: auto (CUDA when present), cpu, cuda, cuda:N")
     s2r.set_defaults(fn=cmd_sim2real)
     from embodied.robot_rl.run import finetune_arguments  # argparse only
 
@@ -243,7 +247,7 @@ USER_ERRORS = (("embodied.config_loader", "ConfigError"), ("sims.vecenv", "EnvEr
                ("policies.base", "PolicyLoadError"), ("embodied.run.checkpoint", "CheckpointError"),
                ("embodied.data.dataset", "DatasetError"), ("embodied.eval.report", "ReportError"),
                ("embodied.eval.stats", "StatsError"),
-               ("embodied.eval.sim2real_robot", "Sim2RealError"))
+               ("embodied.eval.sim2real_robot", "Sim2RealError"), ("embodied.run.device", "DeviceError"))
 
 
 def _user_errors() -> tuple[type, ...]:

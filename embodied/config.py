@@ -120,6 +120,9 @@ class TrainConfig:
     save_every: int = 10  # iterations
     torch_threads: int = 0  # 0 = leave torch's default
     progress: bool = True
+    # where the policy, the rollout buffers and the learner live: auto (CUDA when present), cpu,
+    # cuda or cuda:N (embodied/run/device.py); ManiSkill envs then run on physx_cuda / physx_cpu
+    device: str = "auto"
     # Roles (docs/distributed.md): null/null keeps the single-process loop of embodied/rl/train.py;
     # setting either runs env workers, rollout and learner as roles (backend null means local).
     backend: Literal["local", "ray"] | None = None
@@ -148,6 +151,12 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> Experimen
 def config_from_dict(raw: dict[str, Any], overrides: list[str] = ()) -> ExperimentConfig:
     """Validate a nested mapping (e.g. a checkpoint's saved config) plus overrides."""
     cfg = from_dict(ExperimentConfig, apply_overrides(raw, overrides))
+    from embodied.run.device import DeviceError, check_device  # late: it imports torch
+
+    try:
+        check_device(cfg.train.device)
+    except DeviceError as e:
+        raise ConfigError(str(e)) from None
     _check_across_sections(cfg)
     _check_randomization(cfg.env)
     _check_roles(cfg)

@@ -33,3 +33,4 @@ def serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--transport", default="auto", choices=TRANSPORT_CHOICES)
     p.add_argument("--record", default=None, help="write the episodes into this dataset directory")
     p.add_argument("--stochastic", action="store_true", help="sample actions instead of the mean")
+    p.add_argument("--device", default="auto", help="where the policy runs: auto (CUDA when present), cpu, cuda, cuda:N")

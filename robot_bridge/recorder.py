@@ -5,11 +5,16 @@ collect` writes).
 EpisodeWriter when it ends: obs.<key> [L, ...] (the observations the actions were taken
 from), action [L, A], reward [L], success [L]. An episode cut short by an error is not
 written; every finished one is committed already (EpisodeWriter writes atomically).
+The camera transform the frames went through (RobotEnv's `camera`, robot_bridge/camera.py)
+is written into meta/info.json (`embodied.spec.camera_transform`), and a dataset recorded
+with one transform is not appended to with another.
 
 `ingest_rosbag` turns a rosbag2 recording (rosbags' Reader) into the same format, aligning
 topics by time: one step per command message; each observation topic contributes its
 newest message received at or before the command (ZOH), steps before every topic has a
 message are dropped. Episodes are split at messages on the reset topic (or one episode).
+Camera frames go through `BagTopics.camera` (a CameraTransform; None keeps each frame's own
+size), recorded in the metadata as above.
 """
 
 from __future__ import annotations
@@ -21,13 +26,36 @@ from typing import Any
 import numpy as np
 import torch
 
-from embodied.data.dataset import EpisodeWriter
+from embodied.data.dataset import DatasetError, EpisodeWriter
 from robot_bridge import ros_types as rt
+from robot_bridge.camera import CameraTransform, decode
 from sims.vecenv import EnvError, Obs, Seed, StepResult, VecEnv
 
 
 def _spec_dict(spec: Any) -> dict[str, Any]:
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(spec).items()}
+
+
+def camera_transform_of(env: Any) -> CameraTransform | None:
+    """The CameraTransform of a RobotEnv (or a wrapper of one: `.env` chains), or None."""
+    while env is not None:
+        if isinstance(getattr(env, "camera", None), CameraTransform):
+            return env.camera
+        env = getattr(env, "env", None)
+    return None
+
+
+def episode_writer(root: str | Path, task: str, spec: dict[str, Any],
+                   transform: CameraTransform | None) -> EpisodeWriter:
+    """An EpisodeWriter whose spec carries the camera transform; refuses to mix transforms."""
+    if transform is not None:
+        spec = {**spec, "camera_transform": transform.to_dict()}
+    writer = EpisodeWriter(root, task, spec)
+    had = writer.info.get("embodied", {}).get("spec", {}).get("camera_transform")
+    if writer.info["total_episodes"] and had != spec.get("camera_transform"):
+        raise DatasetError(f"{root}: its frames went through camera transform {had}, this recording's is "
+                           f"{spec.get('camera_transform')}; record into a new directory")
+    return writer
 
 
 class RecordingEnv(VecEnv):
@@ -37,7 +65,8 @@ class RecordingEnv(VecEnv):
         if env.num_envs != 1:
             raise EnvError(f"num_envs: RecordingEnv records one env, got {env.num_envs}")
         self.env, self.spec, self.device = env, env.spec, env.device
-        self.writer = EpisodeWriter(root, env.spec.task, _spec_dict(env.spec))
+        self.camera = camera_transform_of(env)
+        self.writer = episode_writer(root, env.spec.task, _spec_dict(env.spec), self.camera)
         self._steps: list[dict[str, torch.Tensor]] = []
         self._obs: Obs | None = None
         self._seed: int | None = None
@@ -79,11 +108,13 @@ class BagTopics:
     reset_topic: str | None = "/reset"
     instruction: str = ""
     control_hz: float = 20.0  # the dataset's fps
+    camera: CameraTransform | None = None  # frames to the policy's size; None: as recorded
 
 
-def _decode(key: str, msg: Any, joint_names: tuple[str, ...] | None, grip: float) -> torch.Tensor:
+def _decode(key: str, msg: Any, joint_names: tuple[str, ...] | None, grip: float,
+            camera: CameraTransform | None = None) -> torch.Tensor:
     if key.startswith("rgb_"):
-        return torch.from_numpy(rt.image_to_rgb(msg))
+        return torch.from_numpy(decode(msg) if camera is None else camera(msg))
     if hasattr(msg, "position") and hasattr(msg, "name"):  # JointState
         idx = {n: i for i, n in enumerate(msg.name)}
         if joint_names is None:
@@ -129,15 +160,15 @@ def ingest_rosbag(bag: str | Path, out: str | Path, task: str, topics: BagTopics
         elif topic == topics.command_topic:
             a = np.asarray(msg.data if hasattr(msg, "data") else msg.points[0].positions, np.float32).reshape(-1)
             if all(t in latest for t in topics.obs_topics.values()):
-                step = {f"obs.{k}": _decode(k, latest[t], topics.joint_names, grip) for k, t in topics.obs_topics.items()}
+                step = {f"obs.{k}": _decode(k, latest[t], topics.joint_names, grip, topics.camera) for k, t in topics.obs_topics.items()}
                 step.update(action=torch.from_numpy(a), reward=torch.tensor(0.0), success=torch.tensor(False))
                 episodes[-1].append(step)
             if len(a) > 3:
                 grip = float(a[3])
         else:
             latest[topic] = msg
-    writer = EpisodeWriter(out, task, {"task": task, "num_envs": 1, "control_hz": topics.control_hz,
-                                       "source": f"rosbag2:{Path(bag).name}"})
+    writer = episode_writer(out, task, {"task": task, "num_envs": 1, "control_hz": topics.control_hz,
+                                 "source": f"rosbag2:{Path(bag).name}"}, topics.camera)
     written = 0
     for steps in episodes:
         if steps:

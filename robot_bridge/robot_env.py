@@ -8,18 +8,24 @@ Observations (dict, B = 1):
                                     positions then velocities of `joint_names` (S = 2 J)
   "privileged"  float32 [1, P]      std_msgs/Float64MultiArray (digital twins only), optional
   "ee_pose"     float32 [1, 7]      geometry_msgs/PoseStamped (xyz, qw qx qy qz), optional
-  "rgb_<cam>"   uint8 [1, H, W, 3]  sensor_msgs/Image (rgb8/bgr8) or CompressedImage
+  "rgb_<cam>"   uint8 [1, H, W, 3]  sensor_msgs/Image (rgb8, bgr8, rgba8, bgra8, mono8) or
+                                    CompressedImage (jpeg, png) of any size, brought to
+                                    image_size (H, W) by `camera` (robot_bridge/camera.py:
+                                    decode, roi, centre crop to the aspect, INTER_AREA resize)
   "instruction" list[str] of 1      from the config or a std_msgs/String topic
-Actions float32 [1, A]: the safety filter makes a command of them, published on
-`command_topic` as Float64MultiArray (the A values) or a one-point JointTrajectory.
-Pacing: one command per 1 / control_hz. With `sync`, step waits for a joint state newer
-(header stamp) than the one the action was computed from, so a stepped twin and a robot
-streaming states both work. Episodes end on success (topic, classifier or operator) or
-after max_episode_steps; reset by topic (std_msgs/Int64 seed, acknowledged on
-reset_done_topic), service (std_srvs/Trigger) or operator prompt.
+Actions float32 [1, A]: the safety filter makes a command of them against the newest
+joint state (where the robot is now, even when a late reply left the observation behind),
+published on `command_topic` as Float64MultiArray (the A values) or a one-point
+JointTrajectory. Pacing: one command per 1 / control_hz. With `sync`, step waits for a joint
+state newer (header stamp) than the newest one when the command was sent, so a stepped twin
+and a robot streaming states both work, and a step after a late reply is back in lock step; a
+command whose step timed out is answered (a newer state) before the next one is checked.
+Episodes end on success (topic, classifier or operator) or after max_episode_steps; reset by
+topic (std_msgs/Int64 seed, acknowledged on reset_done_topic), service (std_srvs/Trigger) or
+operator prompt.
 A received message that cannot be used (a joint state without the configured joints, lengths
 that disagree, NaN or inf; a privileged vector of the wrong size; an image that does not fit
-its encoding or config.image_size) is dropped with a logged warning, never raised: the last
+its encoding, or does not decode) is dropped with a logged warning, never raised: the last
 good message stays the latest, and a timeout error names why the last one was dropped.
 """
 
@@ -32,6 +38,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from robot_bridge import camera as cam_tf
 from robot_bridge import ros_types as rt
 from robot_bridge.safety import SafetyConfig, SafetyFilter
 from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, Received, Transport
@@ -70,7 +77,8 @@ class RobotEnvConfig:
     state_layout: str = "tabletop"
     image_topics: dict[str, str] = field(default_factory=dict)  # camera -> topic
     image_type: str = "sensor_msgs/msg/Image"
-    image_size: tuple[int, int] = (64, 64)
+    image_size: tuple[int, int] = (64, 64)  # the policy's (H, W)
+    camera: dict[str, Any] | None = None  # CameraTransform keys: crop, interpolation, roi (camera.py)
     privileged_topic: str | None = None
     privileged_dim: int = 0
     ee_pose_topic: str | None = None
@@ -110,6 +118,10 @@ class RobotEnvConfig:
             raise EnvError(f"safety.action_dim: {self.safety.action_dim} != action_dim {self.action_dim}")
         if self.privileged_topic and self.privileged_dim < 1:
             raise EnvError("privileged_dim: must be set (> 0) with privileged_topic")
+        try:
+            self.camera_transform = cam_tf.CameraTransform.from_config(self.image_size, self.camera)
+        except (cam_tf.CameraError, TypeError) as e:
+            raise EnvError(str(e) if isinstance(e, cam_tf.CameraError) else f"camera: {e}") from None
 
     def topic(self, name: str) -> str:
         return f"{self.namespace.rstrip('/')}/{name.lstrip('/')}" if self.namespace else name
@@ -145,14 +157,17 @@ class RobotEnv(VecEnv):
         self._js.check = self._check_joint_state
         if self._priv is not None:
             self._priv.check = self._check_privileged
-        if c.image_type == IMAGE_TYPES[0]:
-            for sub in self._images.values():
-                sub.check = self._check_image
+        self.camera = c.camera_transform  # every frame: decode, crop, resize (robot_bridge/camera.py)
+        self._frames: dict[str, tuple[Any, np.ndarray]] = {}  # camera -> (message, its transformed frame)
+        for name, sub in self._images.items():
+            sub.check = self._image_check(name)
         if self._pose is not None:
             self._pose.check = _check_pose
         self.commands_sent = 0
         self.last_command_time = float("nan")
         self._stamp = -1.0  # header stamp of the joint state the current obs was built from
+        self._acted_on = -1.0  # header stamp of the newest joint state when the last command was sent
+        self._unanswered = False  # sync: the last command's step timed out before the robot's answer came
         self.autoreset = True  # False: step() leaves a finished episode as it ended; the caller resets
         self._grip = 0.0
         self._elapsed = 0
@@ -183,14 +198,22 @@ class RobotEnv(VecEnv):
             return f"expected {self.cfg.privileged_dim} values, got {p.size}"
         return None if np.isfinite(p).all() else "NaN or inf"
 
-    def _check_image(self, msg: Any) -> str | None:
-        if msg.encoding not in ("rgb8", "bgr8"):
-            return f"encoding {msg.encoding!r}; allowed: rgb8, bgr8"
-        if (msg.height, msg.width) != tuple(self.cfg.image_size):
-            return f"image is {msg.height} x {msg.width}, config.image_size is {tuple(self.cfg.image_size)}"
-        if msg.step < 3 * msg.width or len(msg.data) < msg.step * msg.height:
-            return f"{len(msg.data)} bytes, step {msg.step}, do not hold {msg.height} x {msg.width} rgb"
-        return None
+    def _image_check(self, name: str) -> Callable[[Any], str | None]:
+        """A frame is usable when it decodes and transforms; the result is kept for _observe
+        (runs on the transport's receive thread, so the decoding happens once per frame)."""
+        def check(msg: Any) -> str | None:
+            try:
+                self._frames[name] = (msg, self.camera(msg))
+            except (cam_tf.CameraError, ValueError) as e:  # cv2.error is not one; caught below
+                return str(e).removeprefix("image: ")
+            except Exception as e:  # noqa: BLE001 (an OpenCV error on a hostile frame)
+                return f"{type(e).__name__}: {str(e)[:120]}"
+            return None
+        return check
+
+    def _frame(self, name: str, msg: Any) -> np.ndarray:
+        got = self._frames.get(name)
+        return got[1] if got is not None and got[0] is msg else self.camera(msg)
 
     # ------------------------------------------------------------------ observations
     def _fresh_state(self, after_stamp: float) -> Received:
@@ -241,9 +264,7 @@ class RobotEnv(VecEnv):
             obs["ee_pose"] = torch.tensor([[ps.position.x, ps.position.y, ps.position.z, ps.orientation.w,
                                             ps.orientation.x, ps.orientation.y, ps.orientation.z]], dtype=torch.float32)
         for cam, sub in self._images.items():
-            rgb = rt.image_to_rgb(self._need(sub, "camera").msg)
-            if rgb.shape[:2] != tuple(c.image_size):
-                raise EnvError(f"rgb_{cam}: image is {rgb.shape[:2]}, config.image_size is {tuple(c.image_size)}")
+            rgb = self._frame(cam, self._need(sub, "camera").msg)  # uint8 [H, W, 3]
             obs[f"rgb_{cam}"] = torch.from_numpy(rgb)[None]
         instr = c.instruction
         if self._instr is not None and self._instr.latest() is not None:
@@ -290,6 +311,7 @@ class RobotEnv(VecEnv):
         if self.safety is not None:
             self.safety.hold_gripper = self._grip
         self._elapsed = 0
+        self._unanswered = False
         self._obs = self._observe(js)
         return self._obs, {}
 
@@ -301,7 +323,13 @@ class RobotEnv(VecEnv):
         else:
             self._cmd.publish(rt.joint_trajectory(c.joint_names[:len(cmd)], cmd[None], 1.0 / c.control_hz))
         self.commands_sent += 1
+        self._unanswered = True  # until a state newer than _acted_on arrives (step's _fresh_state)
         self.last_command_time = time.monotonic()  # for latency: command sent - observation received
+
+    def _position(self, js: Received) -> tuple[np.ndarray, float]:
+        """float64 positions the safety filter checks against [3] (tabletop) or [J], and the stamp."""
+        n = 3 if self.cfg.state_layout == "tabletop" else len(self.cfg.joint_names)
+        return self._state_vector(js.msg)[:n], rt.stamp_seconds(js.msg.header.stamp)
 
     def _command(self, action: Any) -> None:
         """Filter and send one command at the next control tick; EnvError when none may be sent."""
@@ -309,6 +337,14 @@ class RobotEnv(VecEnv):
         if now < self._next_tick:
             time.sleep(self._next_tick - now)
         self._next_tick = max(now, self._next_tick) + 1.0 / self.cfg.control_hz
+        if self.cfg.sync and self._unanswered:
+            # the last command's answer did not come in time (a link fault); it may still arrive and
+            # move the robot, so the next command waits for it: else its limits would be checked
+            # against a state the robot has already left
+            self._fresh_state(self._acted_on)
+            self._unanswered = False
+        latest = self._js.latest()
+        self._acted_on = max(self._stamp, rt.stamp_seconds(latest.msg.header.stamp) if latest else -1.0)
         if self.safety is None:
             a = np.asarray(action, np.float64).reshape(-1)
             if a.shape != (self.cfg.action_dim,) or not np.isfinite(a).all():
@@ -318,7 +354,10 @@ class RobotEnv(VecEnv):
         while True:
             js = self._js.latest()
             age = time.monotonic() - js.recv_time if js is not None else float("inf")
-            cmd = self.safety.filter(action, self._pos, obs_age=age)
+            # the limits hold for where the robot is now: the newest joint state, which is newer than
+            # the observation when a reply came late (a link fault), not the observation's position
+            pos, stamp = (self._pos, self._stamp) if js is None else self._position(js)
+            cmd = self.safety.filter(action, pos, obs_age=age)
             if cmd is not None:
                 break
             if self.safety.estopped:
@@ -329,6 +368,7 @@ class RobotEnv(VecEnv):
             self._js.wait_newer(js.seq if js else 0, 1.0 / self.cfg.control_hz)
         if self.safety.estopped:  # an e-stop that arrived while filtering
             raise EnvError("robot: e-stop engaged; no further commands")
+        self._acted_on = max(self._stamp, stamp)
         self._publish(cmd)
         if self.cfg.state_layout == "tabletop" and len(cmd) > 3:
             self._grip = float(cmd[3])
@@ -338,7 +378,8 @@ class RobotEnv(VecEnv):
             raise EnvError("robot: call reset() before step()")
         act = action[0] if isinstance(action, torch.Tensor) and action.dim() == 2 and len(action) == 1 else action
         self._command(act)
-        js = self._fresh_state(self._stamp) if self.cfg.sync else self._js.latest()
+        js = self._fresh_state(self._acted_on) if self.cfg.sync else self._js.latest()
+        self._unanswered = False
         obs = self._observe(js)
         self._elapsed += 1
         success = self._success(obs)
@@ -361,7 +402,8 @@ class RobotEnv(VecEnv):
         frames past success that embodied/robot_rl records for a success classifier)."""
         act = action[0] if isinstance(action, torch.Tensor) and action.dim() == 2 and len(action) == 1 else action
         self._command(act)
-        js = self._fresh_state(self._stamp) if self.cfg.sync else self._js.latest()
+        js = self._fresh_state(self._acted_on) if self.cfg.sync else self._js.latest()
+        self._unanswered = False
         self._obs = self._observe(js)
         return self._obs
 

@@ -36,10 +36,18 @@ class MessageError(ValueError):
     """An unknown message type or a message that does not fit its type (one line)."""
 
 
-@functools.lru_cache(maxsize=1)
-def typestore() -> Any:
-    """rosbags' ROS 2 Humble type store, plus std_srvs Trigger/Empty request and response."""
-    store = get_typestore(Stores.ROS2_HUMBLE)
+# The distributions whose definitions differ where it matters to us: rmw_dds_common/msg/Gid
+# has 24 bytes in Humble and 16 from Iron on (ros_graph.py). Every other type the bridge uses
+# is the same in all of them.
+DISTROS = {"humble": Stores.ROS2_HUMBLE, "iron": Stores.ROS2_IRON, "jazzy": Stores.ROS2_JAZZY,
+           "kilted": Stores.ROS2_KILTED}
+
+
+@functools.lru_cache(maxsize=None)
+def typestore(distro: str = "humble") -> Any:
+    """rosbags' type store of a ROS 2 distribution (DISTROS; Humble by default), plus std_srvs
+    Trigger/Empty request and response."""
+    store = get_typestore(DISTROS[distro])
     for name, text in _SRV_DEFS.items():
         if name not in store.fielddefs:  # rosbags would file it under std_srvs/srv/msg/...
             store.register({name: next(iter(get_types_from_msg(text, name).values()))})
@@ -77,22 +85,22 @@ def dds_service_topics(service: str) -> tuple[str, str]:
     return f"rq/{base}Request", f"rr/{base}Reply"
 
 
-def msg_class(ros_type: str) -> type:
+def msg_class(ros_type: str, distro: str = "humble") -> type:
     """The rosbags dataclass of a message type."""
-    return typestore().types[normalize_type(ros_type)]
+    return typestore(distro).types[normalize_type(ros_type)]
 
 
-def serialize(msg: Any, ros_type: str) -> bytes:
+def serialize(msg: Any, ros_type: str, distro: str = "humble") -> bytes:
     """CDR bytes with the encapsulation header, padded to a multiple of 4 like DDS writers do."""
     try:
-        data = bytes(typestore().serialize_cdr(msg, normalize_type(ros_type)))
+        data = bytes(typestore(distro).serialize_cdr(msg, normalize_type(ros_type)))
     except (AttributeError, TypeError, ValueError, KeyError, IndexError) as e:
         raise MessageError(f"message: does not fit {ros_type} ({type(e).__name__}: {e})") from None
     return data + b"\0" * (-len(data) % 4)
 
 
-def deserialize(data: bytes | memoryview, ros_type: str) -> Any:
-    return typestore().deserialize_cdr(bytes(data), normalize_type(ros_type))
+def deserialize(data: bytes | memoryview, ros_type: str, distro: str = "humble") -> Any:
+    return typestore(distro).deserialize_cdr(bytes(data), normalize_type(ros_type))
 
 
 # ------------------------------------------------------------------ cyclonedds types
@@ -104,7 +112,7 @@ def _idl_types() -> dict[str, Any]:
             "int64": T.int64, "uint64": T.uint64, "float32": T.float32, "float64": T.float64}
 
 
-def _field_type(desc: tuple) -> Any:
+def _field_type(desc: tuple, distro: str) -> Any:
     from cyclonedds.idl import types as T
 
     kind, detail = desc
@@ -114,28 +122,29 @@ def _field_type(desc: tuple) -> Any:
             return T.bounded_str[bound] if bound else str
         return _idl_types()[base]
     if kind == Nodetype.NAME:
-        return idl_struct(detail)
+        return idl_struct(detail, distro=distro)
     if kind == Nodetype.ARRAY:
-        return T.array[_field_type(detail[0]), detail[1]]
+        return T.array[_field_type(detail[0], distro), detail[1]]
     if kind == Nodetype.SEQUENCE:
         sub, bound = detail
-        return T.sequence[_field_type(sub), bound] if bound else T.sequence[_field_type(sub)]
+        return T.sequence[_field_type(sub, distro), bound] if bound else T.sequence[_field_type(sub, distro)]
     raise MessageError(f"type: unsupported field kind {kind!r}")
 
 
 @functools.lru_cache(maxsize=None)
-def idl_struct(ros_type: str, request_header: bool = False) -> type:
-    """A cyclonedds IdlStruct class built from rosbags' definition of ros_type (recursive:
-    nested messages, sequences, bounded and fixed arrays, strings). request_header: prefix
-    the fields with rmw_cyclonedds' service header (uint64 client guid, int64 sequence)."""
+def idl_struct(ros_type: str, request_header: bool = False, distro: str = "humble") -> type:
+    """A cyclonedds IdlStruct class built from rosbags' definition of ros_type in a
+    distribution (recursive: nested messages, sequences, bounded and fixed arrays, strings).
+    request_header: prefix the fields with rmw_cyclonedds' service header (uint64 client guid,
+    int64 sequence)."""
     from cyclonedds.idl import make_idl_struct
     from cyclonedds.idl import types as T
 
     name = normalize_type(ros_type)
-    _, fields = typestore().fielddefs[name]
+    _, fields = typestore(distro).fielddefs[name]
     members: dict[str, Any] = {"request_guid": T.uint64, "request_seq": T.int64} if request_header else {}
-    members.update({fname: _field_type(desc) for fname, desc in fields})
-    suffix = "_with_header" if request_header else ""
+    members.update({fname: _field_type(desc, distro) for fname, desc in fields})
+    suffix = ("_with_header" if request_header else "") + ("" if distro == "humble" else f"_{distro}")
     return make_idl_struct(name.replace("/", "_") + suffix, dds_type_name(name), members)
 
 
@@ -202,21 +211,6 @@ def camera_info(width: int, height: int, fovy_deg: float, frame_id: str = "camer
     return msg_class("sensor_msgs/msg/CameraInfo")(
         header=header(frame_id, t), height=int(height), width=int(width), distortion_model="plumb_bob",
         d=np.zeros(5), k=k, r=np.eye(3).reshape(-1), p=p, binning_x=0, binning_y=0, roi=roi)
-
-
-def image_to_rgb(msg: Any) -> np.ndarray:
-    """sensor_msgs/msg/Image (rgb8 or bgr8) or CompressedImage (jpeg/png) -> uint8 [H, W, 3]."""
-    if hasattr(msg, "format"):  # CompressedImage
-        import io
-
-        from PIL import Image as PILImage
-
-        return np.asarray(PILImage.open(io.BytesIO(bytes(msg.data))).convert("RGB"))
-    if msg.encoding not in ("rgb8", "bgr8"):
-        raise MessageError(f"image.encoding: got {msg.encoding!r}; allowed: rgb8, bgr8")
-    arr = np.asarray(msg.data, np.uint8).reshape(msg.height, msg.step)[:, :msg.width * 3]
-    arr = arr.reshape(msg.height, msg.width, 3)
-    return arr[..., ::-1].copy() if msg.encoding == "bgr8" else arr.copy()
 
 
 def float64_array(values: np.ndarray, labels: Sequence[str] = ()) -> Any:

@@ -1,8 +1,9 @@
 """The transport interface: publish, subscribe, latest message with receive time, services.
 
 Two implementations: `DdsTransport` (cyclonedds + rosbags CDR, no ROS install needed) and
-`RclpyTransport` (where ROS 2 is installed); robot_bridge/transport_factory.py's
-`make_transport("auto")` takes rclpy when it imports and DDS otherwise. Messages are rosbags message dataclasses (see ros_types.py);
+`RclpyTransport` (ROS 2 installed, or its wheels: `make ros2`; the path to Fast DDS robots);
+robot_bridge/transport_factory.py's `make_transport("auto")` takes rclpy when it imports and DDS
+otherwise. Messages are rosbags message dataclasses (see ros_types.py);
 times are `time.monotonic()` seconds of this process.
 
 QoS as ROS 2 does it:
@@ -168,8 +169,60 @@ def loopback_config(directory: str | Path | None = None) -> str:
     return path.resolve().as_uri()
 
 
+FASTDDS_LOOPBACK_XML = """<?xml version="1.0" encoding="UTF-8"?>
+<dds xmlns="http://www.eprosima.com/XMLSchemas/fastRTPS_Profiles"><profiles>
+  <transport_descriptors><transport_descriptor><transport_id>udp_loopback</transport_id><type>UDPv4</type>
+    <interfaceWhiteList><address>127.0.0.1</address></interfaceWhiteList></transport_descriptor></transport_descriptors>
+  <participant profile_name="loopback_only" is_default_profile="true"><rtps>
+    <userTransports><transport_id>udp_loopback</transport_id></userTransports>
+    <useBuiltinTransports>false</useBuiltinTransports></rtps></participant>
+</profiles></dds>
+"""
+
+
+# Fast DDS 3 (Kilted) participant property: announce no XTypes type information, so that Cyclone
+# matches its endpoints by type name (docs/ros2.md, "The DDS transport and Kilted").
+NO_TYPE_PROPAGATION = ("<propertiesPolicy><properties><property><name>fastdds.type_propagation</name>"
+                       "<value>disabled</value></property></properties></propertiesPolicy>")
+
+
+def fastdds_loopback_env(directory: str | Path | None = None, type_propagation: bool = True) -> dict[str, str]:
+    """Environment variables that keep a ROS 2 node on Fast DDS (rmw_fastrtps) on loopback: a
+    default participant profile with UDPv4 on 127.0.0.1 only (no shared memory, no multicast),
+    under the variable names of Fast DDS 2 (Jazzy) and 3 (Kilted), and discovery limited to
+    this host (ROS_AUTOMATIC_DISCOVERY_RANGE, Iron and later). type_propagation False: Fast DDS 3
+    announces no type information (what lets the DDS transport match a Kilted node)."""
+    directory = Path(directory or tempfile.gettempdir())
+    directory.mkdir(parents=True, exist_ok=True)
+    xml = FASTDDS_LOOPBACK_XML
+    if not type_propagation:
+        xml = xml.replace("</rtps>", NO_TYPE_PROPAGATION + "</rtps>")
+    path = directory / ("fastdds_loopback.xml" if type_propagation else "fastdds_loopback_no_types.xml")
+    path.write_text(xml)
+    return {"FASTRTPS_DEFAULT_PROFILES_FILE": str(path.resolve()), "FASTDDS_DEFAULT_PROFILES_FILE": str(path.resolve()),
+            "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
+
+
 def loopback_env(domain_id: int | None = None, directory: str | Path | None = None) -> dict[str, str]:
     """Environment variables that keep DDS on loopback: CYCLONEDDS_URI and ROS_DOMAIN_ID
     (a random domain in [100, 199] when none is given). Apply them before the first participant."""
     dom = random.randint(100, 199) if domain_id is None else int(domain_id)
     return {"CYCLONEDDS_URI": loopback_config(directory), "ROS_DOMAIN_ID": str(dom)}
+
+
+def network_config(interface: str, peers: list[str], directory: str | Path | None = None) -> str:
+    """Write a Cyclone config for a robot and a learner on different hosts: DDS on `interface`
+    only, multicast off, discovery by unicast to `peers` (the addresses of every host that
+    runs a node, this one included). Returns a CYCLONEDDS_URI value (file://...)."""
+    from xml.sax.saxutils import quoteattr
+
+    directory = Path(directory or tempfile.gettempdir())
+    directory.mkdir(parents=True, exist_ok=True)
+    xml = ("<CycloneDDS><Domain id=\"any\"><General><Interfaces>"
+           f"<NetworkInterface name={quoteattr(interface)}/></Interfaces><AllowMulticast>false</AllowMulticast>"
+           "</General><Discovery><Peers>" + "".join(f"<Peer address={quoteattr(p)}/>" for p in peers)
+           + "</Peers><ParticipantIndex>auto</ParticipantIndex><MaxAutoParticipantIndex>50"
+           "</MaxAutoParticipantIndex></Discovery></Domain></CycloneDDS>")
+    path = directory / f"cyclonedds_{interface}.xml"
+    path.write_text(xml)
+    return path.resolve().as_uri()

@@ -16,9 +16,12 @@ def rclpy_available() -> bool:
     return True
 
 
-def make_transport(kind: str = "auto", domain_id: int | None = None, node_name: str = "embodied") -> Transport:
+def make_transport(kind: str = "auto", domain_id: int | None = None, node_name: str = "embodied",
+                   ros_distro: str | None = None) -> Transport:
     """kind: "dds", "rclpy", or "auto" (rclpy when `import rclpy` works, else dds).
-    domain_id: the ROS 2 domain (default: $ROS_DOMAIN_ID or 0)."""
+    domain_id: the ROS 2 domain (default: $ROS_DOMAIN_ID or 0). ros_distro: the graph layout
+    the DDS transport announces its node in (default: $ROS_DISTRO, else jazzy; ros_graph.py);
+    rclpy speaks its own distribution's."""
     if kind not in TRANSPORTS:
         raise TransportError(f"transport: unknown {kind!r}; allowed: {', '.join(TRANSPORTS)}")
     if domain_id is None:
@@ -31,4 +34,4 @@ def make_transport(kind: str = "auto", domain_id: int | None = None, node_name: 
         return RclpyTransport(int(domain_id), node_name)
     from robot_bridge.dds import DdsTransport
 
-    return DdsTransport(int(domain_id), node_name)
+    return DdsTransport(int(domain_id), node_name, ros_distro)

@@ -16,7 +16,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator
 
-import av
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -58,6 +57,8 @@ def _our_key(name: str) -> str | None:
 def decode_frames(path: Path, times: np.ndarray) -> np.ndarray:
     """uint8 [n, H, W, 3]: the frames of an mp4 at `times` [n] (seconds, increasing), each within
     TOLERANCE_S of a frame's presentation time; DatasetError (naming the file) otherwise."""
+    import av  # PyAV only where videos are decoded
+
     frames: list[np.ndarray] = []
     try:
         with av.open(str(path)) as container:

@@ -48,15 +48,17 @@ def robot_config_for(cfg: Any, namespace: str = "", control_hz: float = 20.0, tr
 @torch.no_grad()
 def serve(checkpoint: str | Path, episodes: int = 10, namespace: str = "", control_hz: float = 20.0,
           transport: str = "auto", domain_id: int | None = None, record: str | Path | None = None,
-          deterministic: bool = True) -> dict[str, Any]:
+          deterministic: bool = True, device: str = "auto") -> dict[str, Any]:
     """Run `episodes` episodes (0: until interrupted) of the checkpoint's policy on the robot."""
     from embodied.run.checkpoint import resolve_checkpoint
     from embodied.rl.loop_parts import config_from_checkpoint, eval_seeds
+    from embodied.run.device import policy_act, resolve_device
     from policies.base import Policy
 
+    dev = resolve_device(device, "--device")  # before anything reaches the robot
     ckpt = resolve_checkpoint(checkpoint)
     cfg = config_from_checkpoint(ckpt)
-    policy = Policy.from_pretrained(ckpt / "policy")
+    policy = Policy.from_pretrained(ckpt / "policy").to(dev)
     policy.eval()
     tr = make_transport(transport, domain_id, "policy_node")
     rcfg = robot_config_for(cfg, namespace, control_hz, transport, domain_id)
@@ -74,8 +76,8 @@ def serve(checkpoint: str | Path, episodes: int = 10, namespace: str = "", contr
             obs, _ = env.reset(seed=seed)
             done, success, length = False, False, 0
             while not done:
-                out = policy.act(obs, deterministic=deterministic)
-                chunk = out.actions[0]  # [K, A]
+                out = policy_act(policy, obs, deterministic=deterministic)
+                chunk = out.actions[0].float().cpu()  # [K, A]
                 chunk_pub.publish(rt.float64_array(chunk.double().numpy(), labels=["chunk", "action"]))
                 for a in chunk:
                     res = env.step(a[None])
@@ -106,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         summary = serve(args.checkpoint, args.episodes, args.namespace, args.rate, args.transport, args.domain_id,
-                        args.record, deterministic=not args.stochastic)
+                        args.record, deterministic=not args.stochastic, device=args.device)
     except (TransportError, MessageError) as e:
         raise EnvError(str(e)) from None
     print(json.dumps(summary, indent=1), flush=True)

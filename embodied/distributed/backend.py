@@ -14,8 +14,13 @@ Both give futures: `backend.call(handle, "method", *args)` starts a call, `backe
 
 from __future__ import annotations
 
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+import os
+import socket
+import sys
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import Any, Callable
 
 from embodied.distributed.placement import Placement, PlacementError, RoleSpec, check_address, check_fits, local_resources
 
@@ -42,7 +47,8 @@ class LocalBackend:
         check_fits(placement, local_resources())
         self.handles: list[LocalHandle] = []
 
-    def create(self, cls: type, spec: RoleSpec, *args: Any, threaded: bool = False, **kwargs: Any) -> LocalHandle:
+    def create(self, cls: type, spec: RoleSpec, *args: Any, threaded: bool = False, spread: bool = False,
+               node: str | None = None, **kwargs: Any) -> LocalHandle:
         handle = LocalHandle(cls, args, kwargs, threaded)
         self.handles.append(handle)
         return handle
@@ -63,8 +69,15 @@ class LocalBackend:
     def kill(self, handle: LocalHandle) -> None:
         raise NotImplementedError("backend local: roles share this process; killing one would end the run")
 
-    def dead(self, handles: list[LocalHandle]) -> list[int]:
+    def dead(self, handles: list[LocalHandle], wait_s: float = 10.0) -> list[int]:
         return []  # in this process
+
+    def wait_ready(self, future: Future, timeout_s: float) -> bool:
+        wait([future], timeout=timeout_s)
+        return future.done()
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return [{"node": "local", "ip": "127.0.0.1", "labels": {}}]
 
     def shutdown(self) -> None:
         for h in self.handles:
@@ -102,11 +115,46 @@ class RayBackend:
         nodes = [n for n in ray.nodes() if n["Alive"]]
         check_fits(placement, ray.cluster_resources(), [n.get("Labels", {}) for n in nodes])
         self.actors: list[Any] = []
+        self.address = placement.address
+        self.stopped = threading.Event()  # ends the head watch
 
-    def create(self, cls: type, spec: RoleSpec, *args: Any, threaded: bool = False, **kwargs: Any) -> Any:
+    def watch_head(self, on_lost: Callable[[str], str], grace_s: float = 10.0, every_s: float = 1.0) -> None:
+        """When this driver joined a cluster ("host:port"): a daemon thread connects to the head
+        every every_s; once the head has not answered for grace_s, it prints on_lost(address),
+        one line, to stderr and ends this process with status 2 (Ray itself would wait a minute
+        for its GCS and end the driver with a stack of log lines)."""
+        if self.address is None or self.address == "auto":
+            return
+        host, port = self.address.rsplit(":", 1)
+
+        def watch() -> None:
+            silent_since = None
+            while not self.stopped.wait(every_s):
+                try:
+                    with socket.create_connection((host, int(port)), timeout=every_s):
+                        silent_since = None
+                except OSError:
+                    silent_since = silent_since or time.monotonic()
+                    if time.monotonic() - silent_since >= grace_s:
+                        print(on_lost(self.address), file=sys.stderr, flush=True)
+                        os._exit(2)
+
+        threading.Thread(target=watch, name="head-watch", daemon=True).start()
+
+    def create(self, cls: type, spec: RoleSpec, *args: Any, threaded: bool = False, spread: bool = False,
+               node: str | None = None, **kwargs: Any) -> Any:
+        """An actor of cls on a node with spec's labels and room for its CPUs / GPUs; spread: on
+        the matching node with the fewest of this job's actors (Ray's SPREAD), node: on that
+        node id (a role moved back to a host that returned)."""
         options: dict[str, Any] = {"num_cpus": spec.num_cpus, "num_gpus": spec.num_gpus, "max_restarts": 0}
         if spec.labels:
             options["label_selector"] = dict(spec.labels)
+        if node is not None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
+        elif spread:
+            options["scheduling_strategy"] = "SPREAD"
         actor = self.ray.remote(cls).options(**options).remote(*args, **kwargs)
         self.actors.append(actor)
         return actor
@@ -118,7 +166,10 @@ class RayBackend:
         return self.ray.get(futures)
 
     def kill(self, handle: Any) -> None:
-        self.ray.kill(handle, no_restart=True)
+        try:
+            self.ray.kill(handle, no_restart=True)
+        except Exception:  # noqa: BLE001 - gone with its host already
+            pass
         self.actors = [a for a in self.actors if a is not handle]
 
     def dead(self, handles: list[Any], wait_s: float = 10.0) -> list[int]:
@@ -135,7 +186,18 @@ class RayBackend:
                     out.append(i)
         return out
 
+    def wait_ready(self, future: Any, timeout_s: float) -> bool:
+        """Whether the call finished within timeout_s (its result or error is then ready)."""
+        ready, _ = self.ray.wait([future], timeout=timeout_s)
+        return bool(ready)
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """The cluster's alive nodes: [{"node": id, "ip": address, "labels": {...}}]."""
+        return [{"node": n["NodeID"], "ip": n["NodeManagerAddress"], "labels": n.get("Labels", {})}
+                for n in self.ray.nodes() if n["Alive"]]
+
     def shutdown(self) -> None:
+        self.stopped.set()
         for actor in self.actors:
             self.ray.kill(actor, no_restart=True)
         self.actors.clear()

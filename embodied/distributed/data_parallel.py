@@ -23,6 +23,8 @@ gradient on every rank).
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import Any
 
 import torch
@@ -62,6 +64,34 @@ def grpo_shard(traj: Trajectory, grpo: Any, rank: int, world_size: int) -> tuple
     return take_envs(traj, rows), len(rows) / int(keep.sum())
 
 
+def pick_interface(master_host: str) -> None:
+    """Gloo talks over the interface GLOO_SOCKET_IFNAME names, else the one this host's name
+    resolves to (often none that the other hosts reach: 127.0.1.1, or an address outside a
+    network namespace). Unless set, name the interface that holds the address this process's
+    Ray node announces, or the one on the master's subnet."""
+    if "GLOO_SOCKET_IFNAME" in os.environ or master_host in ("127.0.0.1", "localhost"):
+        return
+    import ipaddress
+
+    import psutil
+
+    mine = None
+    try:
+        import ray
+
+        mine = ray.util.get_node_ip_address() if ray.is_initialized() else None
+    except ImportError:
+        pass
+    master = ipaddress.ip_address(master_host)
+    for name, addrs in psutil.net_if_addrs().items():
+        for a in addrs:
+            if a.family != socket.AF_INET or not a.netmask:
+                continue
+            if a.address == mine or master in ipaddress.ip_network(f"{a.address}/{a.netmask}", strict=False):
+                os.environ["GLOO_SOCKET_IFNAME"] = name
+                return
+
+
 class DataParallel:
     """Joins the process group (rank, world_size, master "host:port"), copies rank 0's weights
     to every rank, and averages each parameter's gradient over ranks as backward produces it."""
@@ -69,6 +99,7 @@ class DataParallel:
     def __init__(self, module: nn.Module, rank: int, world_size: int, master: str):
         host, port = master.rsplit(":", 1)
         if not dist.is_initialized():
+            pick_interface(host)
             backend = "nccl" if torch.cuda.is_available() and next(module.parameters()).is_cuda else "gloo"
             dist.init_process_group(backend, init_method=f"tcp://{host}:{port}", rank=rank, world_size=world_size)
         self.world_size = world_size

@@ -43,11 +43,17 @@ def free_port() -> int:
 
 def make_learners(cfg: ExperimentConfig, placement: Placement, backend: Any, spec: Any,
                   learner_thread: bool = False) -> list[Any]:
-    """placement.learner.count LearnerWorkers (ranks of one process group, rendezvous on a fresh
-    port), freshly initialised from cfg.train.seed; also what rebuilds them after a learner died."""
-    world, master = placement.learner.count, f"127.0.0.1:{free_port()}"
-    return [backend.create(LearnerWorker, placement.learner, cfg, spec, cfg.train.seed, 1, rank, world, master,
-                           threaded=learner_thread) for rank in range(world)]
+    """placement.learner.count LearnerWorkers, freshly initialised from cfg.train.seed; also what
+    rebuilds them after a learner died. Several are ranks of one process group: they rendezvous
+    at rank 0's host address on a port free there (ranks on other hosts reach it over the
+    network)."""
+    world = placement.learner.count
+    learners = [backend.create(LearnerWorker, placement.learner, cfg, spec, cfg.train.seed, 1, rank, world, None,
+                               threaded=learner_thread, spread=world > 1) for rank in range(world)]
+    if world > 1:
+        master = backend.get(backend.call(learners[0], "rendezvous"))
+        backend.get([backend.call(lrn, "join", master) for lrn in learners])
+    return learners
 
 
 def build_roles(cfg: ExperimentConfig, placement: Placement, backend: Any,
@@ -61,16 +67,24 @@ def build_roles(cfg: ExperimentConfig, placement: Placement, backend: Any,
     starts = [sum(sizes[:i]) for i in range(len(sizes))]
     threaded = placement.stages > 1
 
-    def make_worker(i: int) -> Any:
-        return backend.create(EnvWorker, placement.env, cfg.env, starts[i], sizes[i], threaded=threaded)
+    def make_worker(i: int, node: str | None = None) -> Any:
+        """Shard i, spread over the nodes with the env labels (Ray), or on `node`."""
+        return backend.create(EnvWorker, placement.env, cfg.env, starts[i], sizes[i], threaded=threaded,
+                              spread=True, node=node)
+
+    def make_rollout(k: int) -> Any:
+        """The rollout role; k > 0: the k-th rebuilt after the one before died (its own random stream)."""
+        return backend.create(RolloutWorker, placement.rollout, cfg, spec, cfg.train.seed + 7919 * k)
 
     workers = [make_worker(i) for i in range(len(sizes))]
     spec = backend.get(backend.call(workers[0], "spec"))
     spec = dataclasses.replace(spec, num_envs=cfg.env.num_envs)
-    rollout = backend.create(RolloutWorker, placement.rollout, cfg, spec, cfg.train.seed)
+    rollout = make_rollout(0)
     learners = make_learners(cfg, placement, backend, spec, learner_thread)
     collector = algorithm(cfg.train.algorithm).sharded_collector(cfg, backend, workers, sizes, rollout, make_worker,
                                                                  placement.stages)
+    if hasattr(collector, "make_rollout"):  # PPO's: a dead rollout role is rebuilt inside the run
+        collector.make_rollout = make_rollout
     return collector, learners
 
 
@@ -86,7 +100,14 @@ def role_times(backend: Any, collector: Any, learners: list[Any], wall: float,
     b = backend
     asked = {"env": collector.workers, "rollout": [collector.rollout], "learner": learners}
     futures = {name: [b.call(h, "pop_busy_seconds") for h in hs] for name, hs in asked.items()}
-    answers = {name: b.get(fs) for name, fs in futures.items()}  # (wall, cpu) per instance
+
+    def answer(f: Any) -> tuple[float, float]:
+        try:
+            return b.get(f)
+        except b.dead_errors:  # a role lost since its last call (rebuilt at the next one): no time
+            return (0.0, 0.0)
+
+    answers = {name: [answer(f) for f in fs] for name, fs in futures.items()}  # (wall, cpu) per instance
     if since is not None:
         wall = time.perf_counter() - since
     out: dict[str, float] = {}

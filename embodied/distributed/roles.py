@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import socket
 import threading
 import time
 from contextlib import contextmanager
@@ -29,22 +30,26 @@ from typing import Any, Callable, Iterator
 import torch
 
 from embodied.config import EnvConfig, ExperimentConfig
+from embodied.run.device import autocast, check_device, resolve_device, to_device, uses_bf16
 from policies.base import ActOutput
 from sims.vecenv import ChunkStepResult, EnvSpec, Obs
 
+CPU = torch.device("cpu")
+
 
 def where() -> dict[str, Any]:
-    """{"pid": this process, "node": the Ray node id when run by Ray, else "local", "thread": the
-    name of the thread that runs the role's calls}."""
-    node = "local"
+    """{"pid": this process, "node": the Ray node id when run by Ray, else "local", "ip": the
+    node's address (127.0.0.1 in one process), "thread": the name of the thread that runs the
+    role's calls}."""
+    node, ip = "local", "127.0.0.1"
     try:
         import ray
 
         if ray.is_initialized():
-            node = ray.get_runtime_context().get_node_id()
+            node, ip = ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
     except ImportError:
         pass
-    return {"pid": os.getpid(), "node": node, "thread": threading.current_thread().name}
+    return {"pid": os.getpid(), "node": node, "ip": ip, "thread": threading.current_thread().name}
 
 
 def busy(method: Callable) -> Callable:
@@ -142,12 +147,29 @@ class EnvWorker(Role):
         self.env.close()
 
 
-def build_role_policy(cfg: ExperimentConfig, spec: EnvSpec, seed: int) -> Any:
-    """The policy as train.py builds it, initialised from `seed`."""
+def role_device(cfg: ExperimentConfig) -> torch.device:
+    """train.device inside a role: on Ray, `auto` is the GPU Ray gave this actor (Ray sets
+    CUDA_VISIBLE_DEVICES, so it is cuda:0 here) and the CPU when it gave none; elsewhere (backend
+    local) as in train.py."""
+    try:
+        import ray
+
+        in_actor = ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None
+    except ImportError:
+        in_actor = False
+    if in_actor and check_device(cfg.train.device) == "auto" and not ray.get_gpu_ids():
+        return torch.device("cpu")
+    return resolve_device(cfg.train.device)
+
+
+def build_role_policy(cfg: ExperimentConfig, spec: EnvSpec, seed: int,
+                      device: torch.device | None = None) -> Any:
+    """The policy as train.py builds it, initialised from `seed`, on `device` (default the CPU)."""
     from policies.registry import build_policy
 
     torch.manual_seed(seed)
-    return build_policy(cfg.policy, spec, per_action_value=cfg.ppo.reward_level == "action")
+    policy = build_policy(cfg.policy, spec, per_action_value=cfg.ppo.reward_level == "action")
+    return policy.to(device) if device is not None else policy
 
 
 class RolloutWorker(Role, OwnRng):
@@ -155,16 +177,20 @@ class RolloutWorker(Role, OwnRng):
 
     def __init__(self, cfg: ExperimentConfig, spec: EnvSpec, seed: int, threads: int = 1):
         torch.set_num_threads(threads)
-        self.policy = build_role_policy(cfg, spec, seed)
+        self.device = role_device(cfg)
+        self.policy = build_role_policy(cfg, spec, seed, self.device)
+        self.bf16 = uses_bf16(self.policy, self.device)
         self.version = -1  # no weights pushed yet
         self.init_rng(seed + 1)
 
     @busy
     @torch.no_grad()
     def act(self, obs: Obs) -> ActOutput:
-        """obs [b, ...] -> the policy's ActOutput (actions [b, K, A], log_prob [b], value, replay)."""
-        with self.own_rng():
-            return self.policy.act(obs)
+        """obs [b, ...] -> the policy's ActOutput (actions [b, K, A], log_prob [b], value, replay),
+        computed on the role's device and returned on the CPU (it crosses processes)."""
+        with self.own_rng(), autocast(self.device, self.bf16):
+            out = self.policy.act(to_device(obs, self.device))
+        return to_device(out, CPU)
 
     @busy
     @torch.no_grad()
@@ -172,7 +198,8 @@ class RolloutWorker(Role, OwnRng):
         """obs [b, ...] -> V [b] (or [b, n]); zeros for a critic-free policy."""
         if not self.policy.has_critic:
             return torch.zeros(len(next(v for v in obs.values() if torch.is_tensor(v))))
-        return self.policy.get_value(obs)
+        with autocast(self.device, self.bf16):
+            return self.policy.get_value(to_device(obs, self.device)).float().cpu()
 
     def has_critic(self) -> bool:
         return bool(self.policy.has_critic)
@@ -199,31 +226,44 @@ class LearnerWorker(Role):
     `evaluate` draws nothing), never torch's global one."""
 
     def __init__(self, cfg: ExperimentConfig, spec: EnvSpec, seed: int, threads: int = 1,
-                 rank: int = 0, world_size: int = 1, master: str = "127.0.0.1:29500"):
+                 rank: int = 0, world_size: int = 1, master: str | None = "127.0.0.1:29500"):
         from embodied.rl.registry import algorithm
 
         torch.set_num_threads(threads)
-        self.policy = build_role_policy(cfg, spec, seed)
+        self.device = role_device(cfg)
+        self.policy = build_role_policy(cfg, spec, seed, self.device)
         self.algorithm = algorithm(cfg.train.algorithm)
         self.learner = self.algorithm.learner(cfg, self.policy)
         self.rank, self.world_size, self.version = rank, world_size, 0
-        if world_size > 1:
-            from embodied.distributed.data_parallel import DataParallel
-
-            self.dp = DataParallel(self.policy, rank, world_size, master)
-            self.dp.attach(self.learner)
         self.generator = torch.Generator().manual_seed(seed + 2 + rank)
         self.learner.generator = self.generator
+        if world_size > 1 and master is not None:
+            self.join(master)
+
+    def rendezvous(self) -> str:
+        """(rank 0) "ip:port": this host's address and a port free on it, for the group to join."""
+        ip = where()["ip"]
+        with socket.socket() as s:
+            s.bind((ip, 0))
+            return f"{ip}:{s.getsockname()[1]}"
+
+    def join(self, master: str) -> None:
+        """Join the data-parallel group at `master` (every rank at once; rank 0's weights win)."""
+        from embodied.distributed.data_parallel import DataParallel
+
+        self.dp = DataParallel(self.policy, self.rank, self.world_size, master)
+        self.dp.attach(self.learner)
 
     @busy
     def observe(self, obs: Obs) -> None:
         """Update the observation normaliser (train.py does so with the first observation)."""
-        self.policy.update_normalizer(obs)
+        self.policy.update_normalizer(to_device(obs, self.device))
 
     @busy
     def update(self, traj: Any) -> dict[str, float]:
         """One update on a Trajectory [T, B] (a rank takes its slice of B); the normaliser then
         sees the whole batch, as in train.py. Bumps the weight version."""
+        traj = to_device(traj, self.device)  # arrives on the CPU; the update runs on the role's device
         batch = traj
         if self.world_size > 1:  # the algorithm's slice (GRPO: whole groups, weighed by their episodes)
             batch, self.dp.share = self.algorithm.shard(traj, self.learner, self.rank, self.world_size)
@@ -246,4 +286,4 @@ class LearnerWorker(Role):
     @busy
     def weights(self) -> tuple[dict[str, torch.Tensor], int]:
         """(the policy's state_dict, its version)."""
-        return {k: v.detach().clone() for k, v in self.policy.state_dict().items()}, self.version
+        return {k: v.detach().cpu().clone() for k, v in self.policy.state_dict().items()}, self.version

@@ -24,16 +24,17 @@ from typing import Any, Callable
 
 import torch
 
-from embodied.distributed.sharded_rollout import (RolloutBatch, cat_obs, episode_stats, merge_stages, split_rows,
-                                          take_envs)
+from embodied.distributed.sharded_rollout import (RolloutBatch, RolloutRestarts, cat_obs, episode_stats,
+                                                  merge_stages, split_rows, take_envs)
 from embodied.rl.rollout import stack_steps, tensor_obs
 from sims.vecenv import ChunkStepResult, Obs
 
 
-class GroupedCollector:
+class GroupedCollector(RolloutRestarts):
     """The sharded GroupCollector; the same interface as collect.py's ShardedCollector for
     embodied/distributed/trainer.py and loop.py. make_worker(i) rebuilds shard i (None: no
-    restarts)."""
+    restarts). A dead rollout role is rebuilt (make_rollout, set by the builder) and the batch
+    collected again: every collect starts its episodes afresh, so nothing is dropped."""
 
     def __init__(self, backend: Any, env_workers: list[Any], shard_sizes: list[int], rollout: Any,
                  group_size: int, make_worker: Callable[[int], Any] | None = None, stages: int = 1):
@@ -52,14 +53,13 @@ class GroupedCollector:
         self.version, self.restarts, self.dropped_episodes = -1, 0, 0
         self.chunk = 1  # K of the last actions, for a stand-in step of a restarted shard
         self.on_step: Callable[[int], None] | None = None  # called before each policy step t (tests)
+        self.make_rollout: Callable[[int], Any] | None = None
+        self.rollout_restarts, self.weights, self.events = 0, None, []
 
     def reset(self, seed: int) -> None:
         """Seed the group-seed generator; no observation is kept between calls (-> None)."""
         self.rng.manual_seed(seed or 0)
         return None
-
-    def set_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
-        self.version = self.backend.get(self.backend.call(self.rollout, "set_weights", state, version))
 
     def _step(self, i: int, future: Any, seeds: list[int]) -> tuple[ChunkStepResult, bool]:
         """Shard i's step result and whether the shard was restarted (then a stand-in step: no
@@ -79,8 +79,19 @@ class GroupedCollector:
         return ChunkStepResult(obs=obs, reward=torch.zeros(n, K), terminated=ended, truncated=flags,
                                info={"success": flags}, valid=flags, final_obs=None), True
 
-    @torch.no_grad()
     def collect(self) -> RolloutBatch:
+        """_collect(), again on a rebuilt rollout role if the one in use died meanwhile (its
+        episodes restart from the next group seeds)."""
+        while True:
+            try:
+                return self._collect()
+            except self.backend.dead_errors:
+                if self.make_rollout is None or not self.backend.dead([self.rollout]):
+                    raise
+                self.revive_rollout()
+
+    @torch.no_grad()
+    def _collect(self) -> RolloutBatch:
         """One episode of every env -> a RolloutBatch (Trajectory [T, B] with group_ids and
         episode_mask, as GroupCollector returns). With S stages, stage s's envs step while the
         policy infers for the next stage; every stage steps until no env of the batch is
@@ -171,13 +182,16 @@ class GroupedCollector:
         return stats
 
     def fault_stats(self) -> dict[str, float]:
-        """Env-worker restarts and episodes dropped with their groups, since the start."""
-        return {"env_worker_restarts": float(self.restarts), "dropped_episodes": float(self.dropped_episodes)}
+        """Env-worker and rollout-role restarts, and episodes dropped with their groups, since the start."""
+        return {"env_worker_restarts": float(self.restarts), "dropped_episodes": float(self.dropped_episodes),
+                "rollout_restarts": float(self.rollout_restarts)}
 
     def state_dict(self) -> dict[str, Any]:
         """The group-seed generator and the fault counters (no episode spans two calls)."""
-        return {"rng": self.rng.get_state(), "restarts": self.restarts, "dropped_episodes": self.dropped_episodes}
+        return {"rng": self.rng.get_state(), "restarts": self.restarts, "dropped_episodes": self.dropped_episodes,
+                "rollout_restarts": self.rollout_restarts}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rng.set_state(state["rng"])
         self.restarts, self.dropped_episodes = int(state["restarts"]), int(state["dropped_episodes"])
+        self.rollout_restarts = int(state.get("rollout_restarts", 0))

@@ -8,10 +8,15 @@ infers for stage s + 1 (RLinf's 2-stage pipeline):
     infer(0) step(0)...........  infer(0) step(0)...........
              infer(1) step(1)...........  infer(1) step(1)....
 
-Fault tolerance (backend ray): an env worker whose process died (kill -9, a crash of the
-simulator) is rebuilt by `make_worker` and reset with a new seed; its envs' episodes in
-progress are dropped and counted (`dropped_episodes`), and its columns leave this iteration's
-trajectory (they would mix steps of the lost episodes with the new ones). Training goes on.
+Fault tolerance (backend ray): an env worker whose process or host died (kill -9, a crash of
+the simulator, a lost machine) is rebuilt by `make_worker` (on a node that is still up) and
+reset with a new seed; its envs' episodes in progress are dropped and counted
+(`dropped_episodes`), and its columns leave this iteration's trajectory (they would mix steps
+of the lost episodes with the new ones). A rollout role that died is rebuilt by `make_rollout`
+and given the last weights; the steps of the batch in progress are dropped (the env workers
+keep their envs, so no episode is) and the batch is collected again. Training goes on.
+embodied/distributed/hosts.py does the same between iterations and moves workers back to a
+host that returned.
 
 Stages see different weights' draws than S = 1 (inference on smaller batches), so a pipelined
 run is not bit-identical to a synchronous one, but each is deterministic for a fixed seed.
@@ -99,12 +104,48 @@ def take_envs(traj: Trajectory, rows: slice | torch.Tensor) -> Trajectory:
     return Trajectory(**out)
 
 
-class ShardedCollector:
+class RolloutRestarts:
+    """A collector's rollout role, rebuilt by make_rollout(k) with the last weights when it
+    died (backend ray); the collector keeps `backend`, `rollout`, `version`, `make_rollout`,
+    `rollout_restarts`, `weights` and `events`."""
+
+    def set_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
+        self.weights = (state, version)
+        try:
+            self.version = self.backend.get(self.backend.call(self.rollout, "set_weights", state, version))
+        except self.backend.dead_errors:
+            if self.make_rollout is None:
+                raise
+            self.revive_rollout()
+
+    def revive_rollout(self) -> None:
+        """Build a new rollout role (its own random stream: seed + 7919 k) and give it the last weights."""
+        t = time.perf_counter()
+        self.backend.kill(self.rollout)
+        self.rollout_restarts += 1
+        self.rollout = self.make_rollout(self.rollout_restarts)
+        if self.weights is not None:
+            self.version = self.backend.get(self.backend.call(self.rollout, "set_weights", *self.weights))
+        self.events.append(f"rollout role lost: rebuilt ({self.where(self.rollout)}) in {time.perf_counter() - t:.1f}s")
+
+    def where(self, handle: Any) -> str:
+        """A role's host address and pid, for the event lines."""
+        w = self.backend.get(self.backend.call(handle, "where"))
+        return f"on {w['ip']}, pid {w['pid']}"
+
+    def pop_events(self) -> list[str]:
+        events, self.events = self.events, []
+        return events
+
+
+class ShardedCollector(RolloutRestarts):
     """Keeps each shard's current observation between calls and tracks finished episodes.
-    make_worker(i) rebuilds shard i after its process died (None: no restarts)."""
+    make_worker(i) rebuilds shard i after its process died (None: no restarts); make_rollout(k)
+    builds the k-th rollout role after the one before it died (None: no restarts)."""
 
     def __init__(self, backend: Any, env_workers: list[Any], shard_sizes: list[int], rollout: Any,
-                 num_steps: int, stages: int = 1, make_worker: Callable[[int], Any] | None = None):
+                 num_steps: int, stages: int = 1, make_worker: Callable[..., Any] | None = None,
+                 make_rollout: Callable[[int], Any] | None = None):
         if len(env_workers) % stages:
             raise ValueError(f"stages: {stages} does not divide the {len(env_workers)} env workers")
         self.backend, self.workers, self.sizes, self.rollout = backend, env_workers, shard_sizes, rollout
@@ -125,6 +166,10 @@ class ShardedCollector:
         self.on_step: Callable[[int], None] | None = None  # called before each policy step t (progress, tests)
         self.chunk = 1  # K of the last actions, for a stand-in step of a restarted shard
         self.env_wait = 0.0
+        self.make_rollout, self.rollout_restarts = make_rollout, 0
+        self.weights: tuple[dict[str, torch.Tensor], int] | None = None  # the last pushed, for a new rollout role
+        self.pending: list[tuple[Any, list[Any]] | None] = []  # env steps in flight, per stage
+        self.events: list[str] = []  # what was restarted or moved, one line each (the trainer prints them)
 
     def reset(self, seed: int) -> Obs:
         """Seeded reset of every shard; -> the whole batch's first observation."""
@@ -133,8 +178,20 @@ class ShardedCollector:
         self.obs = [cat_obs([shards[i] for i in ids]) for ids in self.stage_workers]
         return cat_obs(self.obs)
 
-    def set_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
-        self.version = self.backend.get(self.backend.call(self.rollout, "set_weights", state, version))
+    def revive(self, i: int) -> Obs:
+        """Rebuild shard i (its process or host is gone) and reset it with a new seed; its envs'
+        episodes in progress are dropped and counted -> the new worker's first observation."""
+        t = time.perf_counter()
+        self.backend.kill(self.workers[i])
+        self.restarts += 1
+        self.workers[i] = self.make_worker(i)
+        obs = self.backend.get(self.backend.call(self.workers[i], "reset", self.seed + 7919 * self.restarts))
+        n, rows = self.sizes[i], slice(self.starts[i], self.starts[i] + self.sizes[i])
+        self.dropped_episodes += n  # every env of the shard had an episode in progress
+        self.ep_return[rows], self.ep_length[rows], self.ep_success[rows] = 0.0, 0, False
+        self.events.append(f"env worker {i} lost: rebuilt ({self.where(self.workers[i])}) in "
+                           f"{time.perf_counter() - t:.1f}s, {n} episode(s) dropped")
+        return obs
 
     def _finish(self, s: int, out: Any, futures: list[Any]) -> dict[str, Any]:
         """Wait for stage s's shards; -> the step's record (stage rows), advancing self.obs[s]."""
@@ -169,32 +226,43 @@ class ShardedCollector:
         except self.backend.dead_errors:
             if self.make_worker is None:
                 raise
-        self.restarts += 1
         self.lost.add(i)
-        self.workers[i] = self.make_worker(i)
-        obs = self.backend.get(self.backend.call(self.workers[i], "reset", self.seed + 7919 * self.restarts))
-        n, rows = self.sizes[i], slice(self.starts[i], self.starts[i] + self.sizes[i])
-        self.dropped_episodes += n  # every env of the shard had an episode in progress
-        self.ep_return[rows], self.ep_length[rows], self.ep_success[rows] = 0.0, 0, False
-        K = self.chunk
+        obs = self.revive(i)
+        n, K = self.sizes[i], self.chunk
         flags = torch.zeros(n, K, dtype=torch.bool)
         return ChunkStepResult(obs=obs, reward=torch.zeros(n, K), terminated=flags, truncated=flags,
                                info={"success": flags}, valid=flags, final_obs=None)
 
-    @torch.no_grad()
     def collect(self) -> RolloutBatch:
-        """num_steps policy steps of every env -> a RolloutBatch (Trajectory [T, B])."""
+        """num_steps policy steps of every env -> a RolloutBatch (Trajectory [T, B]). If the
+        rollout role dies meanwhile: it is rebuilt, the env steps in flight are finished (their
+        envs moved on), and the batch is collected again from where the envs stand."""
+        while True:
+            try:
+                return self._collect()
+            except self.backend.dead_errors:
+                if self.make_rollout is None or not self.backend.dead([self.rollout]):
+                    raise
+                self.revive_rollout()
+                for s, p in enumerate(self.pending):
+                    if p is not None:
+                        self._finish(s, *p)
+                self.lost = set()  # the batch restarts from the current observations
+
+    @torch.no_grad()
+    def _collect(self) -> RolloutBatch:
         assert self.obs, "call reset() first"
         self.env_wait = 0.0  # seconds the driver waited for env results (not hidden by inference)
         b, t0, infer = self.backend, time.perf_counter(), 0.0
         records: list[list[dict[str, Any]]] = [[] for _ in range(self.stages)]
-        pending: list[tuple[Any, list[Any]] | None] = [None] * self.stages
+        self.pending = pending = [None] * self.stages
         for t in range(self.num_steps):
             if self.on_step is not None:
                 self.on_step(t)
             for s, ids in enumerate(self.stage_workers):
                 if pending[s] is not None:
                     records[s].append(self._finish(s, *pending[s]))
+                    pending[s] = None
                 t_inf = time.perf_counter()
                 out = b.get(b.call(self.rollout, "act", self.obs[s]))
                 infer += time.perf_counter() - t_inf
@@ -203,6 +271,7 @@ class ShardedCollector:
                 pending[s] = (out, [b.call(self.workers[i], "step", a) for i, a in zip(ids, actions)])
         for s in range(self.stages):
             records[s].append(self._finish(s, *pending[s]))
+            pending[s] = None
         steps = [merge_stages([records[s][t] for s in range(self.stages)]) for t in range(self.num_steps)]
         last = torch.cat([start_value(b.get(b.call(self.rollout, "value", o))) for o in self.obs])
         traj = stack_steps(steps, last)
@@ -238,6 +307,7 @@ class ShardedCollector:
                 "instructions": [list(o.get("instruction", [])) for o in self.obs],
                 "ep_return": self.ep_return, "ep_length": self.ep_length, "ep_success": self.ep_success,
                 "seed": self.seed, "restarts": self.restarts, "dropped_episodes": self.dropped_episodes,
+                "rollout_restarts": self.rollout_restarts,
                 "chunk": self.chunk}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -247,7 +317,9 @@ class ShardedCollector:
         self.ep_return, self.ep_length, self.ep_success = state["ep_return"], state["ep_length"], state["ep_success"]
         self.seed, self.restarts, self.chunk = int(state["seed"]), int(state["restarts"]), int(state["chunk"])
         self.dropped_episodes = int(state["dropped_episodes"])
+        self.rollout_restarts = int(state.get("rollout_restarts", 0))
 
     def fault_stats(self) -> dict[str, float]:
-        """Env-worker restarts and episodes dropped with them, since the start."""
-        return {"env_worker_restarts": float(self.restarts), "dropped_episodes": float(self.dropped_episodes)}
+        """Env-worker and rollout-role restarts, and episodes dropped with them, since the start."""
+        return {"env_worker_restarts": float(self.restarts), "dropped_episodes": float(self.dropped_episodes),
+                "rollout_restarts": float(self.rollout_restarts)}

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections import deque
+from collections import Counter, deque
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +42,34 @@ import torch
 from embodied.run.checkpoint import CheckpointError, load_checkpoint
 from embodied.config import ExperimentConfig, with_stale_defaults
 from embodied.distributed.backend import make_backend
+from embodied.distributed.hosts import heal, rebalance
 from embodied.distributed.loop import build_roles, make_learners, role_times
 from embodied.distributed.placement import Placement, placement_from_dict
 from embodied.distributed.roles import build_role_policy
+from embodied.distributed.sharded_rollout import ShardedCollector
 from embodied.eval.evaluate import EvalResult, evaluate
 from embodied.run.logger import Logger
+
+
+def placed(backend: Any, collector: Any, learners: list[Any]) -> str:
+    """One line: the host address of every role ("env workers on 10.0.0.2 x2, 10.0.0.3; ...")."""
+    b = backend
+
+    def hosts(handles: list[Any]) -> str:
+        ips = Counter(w["ip"] for w in b.get([b.call(h, "where") for h in handles]))
+        return ", ".join(ip + (f" x{n}" if n > 1 else "") for ip, n in ips.items())
+
+    return (f"roles: env workers on {hosts(collector.workers)}; rollout on {hosts([collector.rollout])}; "
+            f"learner(s) on {hosts(learners)}")
+
+
+def head_lost(address: str, ckpt: Path | None, run_dir: Path) -> str:
+    """The one line a driver prints when the Ray head stopped answering."""
+    if ckpt is None:
+        return (f"the Ray head at {address} stopped answering before the run's first checkpoint; nothing to "
+                f"resume from: start a head and the run again")
+    return (f"the Ray head at {address} stopped answering; the run stopped (last checkpoint {ckpt.name}): start a "
+            f"head and resume with: embodied train --resume {run_dir} train.placement.address=HEAD_IP:PORT")
 
 
 class LearnerLostError(CheckpointError):
@@ -156,9 +179,14 @@ def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) ->
                      f"{placement.env.count} env workers, {placement.stages} stage(s), {placement.learner.count} "
                      f"learner(s), backend {backend_name}; {tc.total_steps} env steps; success before training "
                      f"{summary['success_before']:.2f}")
+        if backend_name == "ray":
+            logger.print(placed(b, collector, learners))
+            b.watch_head(lambda address: head_lost(address, last_ckpt, run_dir))
         def roles() -> dict[str, Any]:
             """Every role's state for iteration it's checkpoint (end_iteration names it iter_<it>)."""
             nonlocal last_ckpt
+            if backend_name == "ray" and isinstance(collector, ShardedCollector):
+                heal(collector)  # a role lost since the batch has no state to save: rebuilt first
             state = {**roles_state(b, collector, learners), "torch_rng": torch.get_rng_state()}
             last_ckpt = run_dir / "checkpoints" / f"iter_{it:06d}"
             return state
@@ -181,8 +209,13 @@ def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) ->
         ahead: deque[tuple[Any, dict[str, float]]] = deque()  # batches collected ahead, oldest first
         while env_steps < tc.total_steps:
             try:
+                if backend_name == "ray" and not ahead and isinstance(collector, ShardedCollector):
+                    heal(collector)  # roles lost since the last batch, rebuilt where hosts remain
+                    rebalance(collector, placement.env.labels)  # and moved to hosts that came back
                 # the first batch, or the first after a drained iteration, is collected on the newest weights
                 batch, episodes = ahead.popleft() if ahead else collect()
+                for line in getattr(collector, "pop_events", list)():
+                    logger.print(f"iteration {it + 1}: {line}")
                 staleness = version - batch.weight_version
                 futures = [b.call(lrn, "update", batch.traj) for lrn in learners]
                 env_steps, it = env_steps + batch.env_steps, it + 1

@@ -19,8 +19,10 @@ class Checkpoint:
     policy: Any
 
 
-def load_checkpoints(paths: list[str], task: str) -> list[Checkpoint]:
+def load_checkpoints(paths: list[str], task: str, device: str = "auto") -> list[Checkpoint]:
+    """The checkpoints' policies on `device` (auto, cpu, cuda, cuda:N; embodied/run/device.py)."""
     from embodied.run.checkpoint import resolve_checkpoint
+    from embodied.run.device import resolve_device
     from embodied.rl.loop_parts import config_from_checkpoint
     from policies.base import Policy
 
@@ -33,7 +35,7 @@ def load_checkpoints(paths: list[str], task: str) -> list[Checkpoint]:
             raise Sim2RealError(f"--task: {task!r} does not match checkpoint {label}'s task {cfg.env.task!r}")
         if any(c.label == label for c in out):
             raise Sim2RealError(f"CHECKPOINT: {label} is given twice")
-        policy = Policy.from_pretrained(ckpt / "policy")
+        policy = Policy.from_pretrained(ckpt / "policy").to(resolve_device(device, "--device"))
         policy.eval()
         out.append(Checkpoint(label, ckpt, cfg, policy))
     return out

@@ -12,6 +12,7 @@ import torch
 from embodied.rl.rollout import env_step
 from embodied.eval.video import write_mp4
 from sims.vecenv import VecEnv
+from embodied.run.device import autocast, module_device, to_device, uses_bf16
 
 
 @dataclass
@@ -63,35 +64,37 @@ def evaluate(policy: Any, env: VecEnv, seeds: Sequence[int], deterministic: bool
 
 def _episodes(policy: Any, env: VecEnv, seeds: Sequence[int], deterministic: bool,
               video_path: str | Path | None, video_episodes: int) -> EvalResult:
-    B = env.num_envs
+    B, dev = env.num_envs, module_device(policy)  # the policy's device (embodied/run/device.py)
+    bf16 = uses_bf16(policy, dev)
     successes, returns, lengths, tasks = [], [], [], []
     frames: list[np.ndarray] = []
     for start in range(0, len(seeds), B):
         batch = list(seeds[start:start + B])
         n = len(batch)
         batch += [batch[-1]] * (B - n)  # pad; extra envs are ignored
-        obs, _ = env.reset(seed=batch)
+        obs = to_device(env.reset(seed=batch)[0], dev)
         tasks += env.task_labels()[:n]
-        active = torch.ones(B, dtype=torch.bool)
-        ret, length = torch.zeros(B), torch.zeros(B, dtype=torch.long)
-        succ = torch.zeros(B, dtype=torch.bool)
+        active = torch.ones(B, dtype=torch.bool, device=dev)
+        ret, length = torch.zeros(B, device=dev), torch.zeros(B, dtype=torch.long, device=dev)
+        succ = torch.zeros(B, dtype=torch.bool, device=dev)
         record = video_path is not None and start == 0
-        vids, captions = _video_envs(tasks[:n], obs, video_episodes) if record else ([], None)
-        vid = torch.as_tensor(vids, dtype=torch.long)
-        last = env.render(vids) if vids else None
+        vids, captions = _video_envs(tasks[start:start + n], obs, video_episodes) if record else ([], None)
+        vid = torch.as_tensor(vids, dtype=torch.long, device=dev)
+        last = env.render(vids).cpu() if vids else None
         if vids:
             frames.append(_frame(last, captions))
         while active[:n].any():
-            out = policy.act(obs, deterministic=deterministic)
-            res = env_step(env, out.actions)
-            ret += torch.where(active, res.reward.sum(1), torch.zeros(B))
-            length += torch.where(active, res.valid.sum(1), torch.zeros(B, dtype=torch.long))
+            with autocast(dev, bf16):
+                out = policy.act(obs, deterministic=deterministic)
+            res = env_step(env, out.actions, dev)
+            ret += torch.where(active, res.reward.sum(1), torch.zeros_like(ret))
+            length += torch.where(active, res.valid.sum(1), torch.zeros_like(length))
             succ |= active & res.info["success"].any(1)
             if vids and active[vid].any():
                 # An env that finished keeps showing its last frame (after this
                 # step it has been reset, so its render is of a new episode).
-                still = (active & ~res.done)[vid, None, None, None]
-                last = torch.where(still, env.render(vids), last)
+                still = (active & ~res.done)[vid, None, None, None].cpu()
+                last = torch.where(still, env.render(vids).cpu(), last)
                 frames.append(_frame(last, captions))
             active &= ~res.done
             obs = res.obs

@@ -26,6 +26,7 @@ import yaml
 
 from embodied.eval.candidates import Checkpoint, load_checkpoints, versions
 from embodied.eval.sim2real_robot import Sim2RealError, Twin, observed_cameras, robot_config_from_file, run_robot
+from embodied.run.device import policy_act, resolve_device
 
 SUCCESS = ("the task's success predicate (sims/mujoco/tasks/; ManiSkill's `success`) holds at some control step; "
            "the episode ends there (terminated) or after the task's max_episode_steps (a failure)")
@@ -116,7 +117,7 @@ def run_sim(ck: Checkpoint, cond: dict, seeds: list[int], num_envs: int) -> tupl
     try:
         res = evaluate(ck.policy, env, seeds)
         obs, _ = env.reset(seed=list(range(env.num_envs)))
-        chunk = int(ck.policy.act(obs, deterministic=True).actions.shape[1])
+        chunk = int(policy_act(ck.policy, obs).actions.shape[1])
     finally:
         env.close()
     return res.successes, res.lengths, chunk
@@ -167,7 +168,7 @@ def protocol_of(cks: list[Checkpoint], task: str, seeds: list[int], sweep: dict,
 
 def sim2real(checkpoints: list[str], task: str, out: str | Path, trials: int = 100, sweep_file: str | None = None,
              twin: str | None = None, robot_file: str | None = None, num_envs: int = 64, videos: bool = True,
-             log=print) -> Path:
+             log=print, device: str = "auto") -> Path:
     """Evaluate, write out/results.json and out/report.md; returns the report's path."""
     from embodied.eval.report import write_report, write_results
     from embodied.rl.loop_parts import eval_seeds
@@ -206,7 +207,8 @@ def sim2real(checkpoints: list[str], task: str, out: str | Path, trials: int = 1
         robot = {"kind": "twin", "preset": preset.name,
                  "values": {k: v.tolist() for k, v in preset.low.items()}, "transport": "dds (loopback)"}
         robot_name = f"twin:{preset.name}"
-    cks = load_checkpoints(checkpoints, task)
+    resolve_device(device, "--device")  # a bad --device fails before anything runs
+    cks = load_checkpoints(checkpoints, task, device)
     for c in cks if twin else []:  # one twin process serves every checkpoint
         if len(observed_cameras(c.cfg)) > 1:
             raise Sim2RealError(f"--twin: the twin publishes one camera; checkpoint {c.label} reads "
@@ -298,6 +300,7 @@ def _safe(condition: str) -> str:
 
 def cmd_sim2real(args) -> int:
     path = sim2real(args.checkpoints, args.task, args.out, trials=args.trials, sweep_file=args.sweep,
-                    twin=args.twin, robot_file=args.robot, num_envs=args.num_envs, videos=not args.no_videos)
+                    twin=args.twin, robot_file=args.robot, num_envs=args.num_envs, videos=not args.no_videos,
+                    device=args.device)
     print(f"wrote {path}")
     return 0

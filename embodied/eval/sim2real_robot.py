@@ -168,6 +168,7 @@ def run_robot(policy: Any, rc: Any, seeds: Sequence[int], twin: Twin | None = No
     video (PREFIX, fps): the first failed episode's frames (the robot's first camera: the reset's
     frame, then one per step) go to PREFIX_seed<s>.mp4, named in info["video"]; no camera, no video."""
     from embodied.eval.video import write_mp4
+    from embodied.run.device import policy_act
     from robot_bridge.robot_env import RobotEnv
     from sims.vecenv import EnvError
 
@@ -182,7 +183,7 @@ def run_robot(policy: Any, rc: Any, seeds: Sequence[int], twin: Twin | None = No
             done, success, length = False, False, 0
             frames = [obs[cam][0].numpy()] if cam and written is None else None
             while not done:
-                chunk = policy.act(obs, deterministic=True).actions[0]  # [K, A]
+                chunk = policy_act(policy, obs).actions[0].float().cpu()  # [K, A], on the policy's device
                 for a in chunk:
                     res = env.step(a[None])
                     length += 1

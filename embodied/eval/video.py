@@ -6,7 +6,6 @@ import os
 from fractions import Fraction
 from pathlib import Path
 
-import av
 import numpy as np
 
 
@@ -45,6 +44,8 @@ def write_mp4(path: str | Path, frames: np.ndarray, fps: float = 20.0, crf: int 
     pad_h, pad_w = h % 2, w % 2  # yuv420p needs even sizes
     if pad_h or pad_w:
         frames = np.pad(frames, ((0, 0), (0, pad_h), (0, pad_w), (0, 0)))
+    import av  # PyAV only where videos are written (a GPU image without it still trains)
+
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with av.open(str(tmp), mode="w", format="mp4") as container:
         stream = container.add_stream("libx264", rate=rate)

@@ -27,6 +27,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from embodied.config_loader import ConfigError, from_dict, load_mapping
+from embodied.run.device import DeviceError, check_device, flat_device_key, resolve_device
 
 
 @dataclass
@@ -51,7 +52,8 @@ class SFTConfig:
     warmup_steps: int = 100
     min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
     grad_clip: float = 1.0
-    bf16: bool = False  # bf16 autocast (helps on GPUs and recent CPUs)
+    # bf16 autocast: null (auto) = on CUDA, where VLAs train in bf16 (embodied/run/device.py); true / false force it
+    bf16: bool | None = None
     eval_every: int = 500  # steps; 0 disables periodic evaluation
     eval_episodes: int = 20
     eval_envs: int = 10
@@ -60,12 +62,18 @@ class SFTConfig:
     seed: int = 0
     torch_threads: int = 0  # 0 = leave torch's default
     num_workers: int = 0
-    device: str = "cpu"
+    # the one device setting (embodied/run/device.py): auto (CUDA when present), cpu, cuda, cuda:N;
+    # `train.device=...` is the same key, as `embodied train` spells it
+    device: str = "auto"
 
 
 def load_sft_config(path: str | Path, overrides: list[str] = ()) -> SFTConfig:
     """YAML file (a flat mapping of SFTConfig fields) plus key=value overrides; one-line errors."""
-    cfg = from_dict(SFTConfig, load_mapping(path, overrides, what="SFT settings", example="lr=1e-4"))
+    cfg = from_dict(SFTConfig, flat_device_key(load_mapping(path, overrides, what="SFT settings", example="lr=1e-4")))
+    try:
+        check_device(cfg.device, "device")
+    except DeviceError as e:
+        raise ConfigError(str(e)) from None
     for key in ("max_minutes", "label_sigma"):
         if getattr(cfg, key) < 0:
             raise ConfigError(f"{key}: {getattr(cfg, key)} must be >= 0 (0: off)")
@@ -145,7 +153,8 @@ def train_sft(policy: Any, dataset: Dataset, cfg: SFTConfig, eval_env: Any = Non
     torch.manual_seed(cfg.seed)
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
-    device = torch.device(cfg.device)
+    device = resolve_device(cfg.device, "device")
+    bf16 = device.type == "cuda" if cfg.bf16 is None else cfg.bf16
     policy.to(device).train()
     run = Path(cfg.run_dir)
     writer = SummaryWriter(str(run / "tb"))
@@ -178,7 +187,7 @@ def train_sft(policy: Any, dataset: Dataset, cfg: SFTConfig, eval_env: Any = Non
     while not done:
         for batch in loader:
             obs = _obs(batch, device)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                 loss = policy.sft_loss(obs, batch["actions"].to(device))
             opt.zero_grad(set_to_none=True)
             loss.backward()

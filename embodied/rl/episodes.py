@@ -6,15 +6,16 @@ from typing import Any
 
 import torch
 
-from embodied.rl.rollout import env_step, episode_stats, stack_steps, tensor_obs
+from embodied.rl.rollout import EpisodeTally, env_step, stack_steps, tensor_obs
+from embodied.run.device import autocast, module_device, to_device, uses_bf16
 from embodied.rl.trajectory import Trajectory
 from sims.vecenv import EnvError, VecEnv
 
 
 class GroupCollector:
     """B = num_groups * G envs; group g's G envs reset from one seed, so they start from the
-    same initial state and differ only through the policy's sampling. Where env rows hold fixed
-    tasks (env.row_tasks) a group's envs are of one task, so a group is one task's start state. `collect` runs until
+    same initial state and differ only through the policy's sampling (where env rows hold fixed
+    tasks, env.row_tasks, a group's envs are of one task). `collect` runs until
     every env has finished its episode once; steps after an env's episode ended are padding
     (episode_mask False).
 
@@ -22,15 +23,18 @@ class GroupCollector:
     seeds are what `embodied collect` gives its demonstrations (0, 1, 2, ...), and training
     on the demonstrations' own initial states would overstate rollout success."""
 
-    def __init__(self, env: VecEnv, policy: Any, group_size: int, seed: int = 0):
+    def __init__(self, env: VecEnv, policy: Any, group_size: int, seed: int = 0,
+                 device: torch.device | str | None = None, bf16: bool | None = None):
         B = env.num_envs
         if group_size < 2 or B % group_size:
             raise EnvError(f"grpo.group_size: env.num_envs={B} must be a multiple of group_size={group_size} (>= 2)")
         self.env, self.policy, self.group_size = env, policy, group_size
         self.num_groups = B // group_size
-        self.group_ids = self._groups(env, group_size)  # int64 [B]
-        self.rng = torch.Generator().manual_seed(seed)
-        self.finished: list[tuple[float, int, bool, str]] = []  # (return, length, success, task)
+        self.rng = torch.Generator().manual_seed(seed)  # the group seeds' stream (host: seeds go to the env)
+        self.device = torch.device(device) if device is not None else module_device(policy)
+        self.bf16 = uses_bf16(policy, self.device) if bf16 is None else bf16
+        self.tally = EpisodeTally(self.device)
+        self.group_ids = self._groups(env, group_size)  # int64 [B] (host)
 
     @staticmethod
     def _groups(env: VecEnv, G: int) -> torch.Tensor:
@@ -53,42 +57,50 @@ class GroupCollector:
 
     @torch.no_grad()
     def collect(self) -> Trajectory:
-        B, G = self.env.num_envs, self.group_size
-        group_ids = self.group_ids  # [B]
-        group_seeds = torch.randint(2**31 - 1, (self.num_groups,), generator=self.rng)
-        seeds = group_seeds[group_ids].tolist()
-        obs, _ = self.env.reset(seed=seeds)
+        B, dev = self.env.num_envs, self.device
+        group_ids, seeds = self._group_seeds()
+        obs = to_device(self.env.reset(seed=seeds)[0], dev)
         labels = self.env.task_labels()
-        active = torch.ones(B, dtype=torch.bool)
-        ret, length = torch.zeros(B), torch.zeros(B, dtype=torch.long)
-        succ = torch.zeros(B, dtype=torch.bool)
+        active = torch.ones(B, dtype=torch.bool, device=dev)
+        ret, length = torch.zeros(B, device=dev), torch.zeros(B, dtype=torch.long, device=dev)
+        succ = torch.zeros(B, dtype=torch.bool, device=dev)
+        zeros = torch.zeros(B, device=dev)
         steps: list[dict[str, Any]] = []
         while active.any():
-            out = self.policy.act(obs)
-            res = env_step(self.env, out.actions)
+            with autocast(dev, self.bf16):
+                out = self.policy.act(obs)
+            res = env_step(self.env, out.actions, dev)
             success = res.info["success"].any(1)
             steps.append(dict(
                 obs=tensor_obs(obs), instructions=list(obs.get("instruction", [])),
-                actions=out.actions, log_probs=out.log_prob, values=torch.zeros(B),
+                actions=out.actions, log_probs=out.log_prob.float(), values=zeros,
                 rewards=res.reward * res.valid, valid=res.valid, terminated=res.terminated.any(1),
-                truncated=res.truncated.any(1) & ~res.terminated.any(1), success=success,
-                bootstrap=torch.zeros(B), replay=out.replay, parts=out.log_prob_parts, mask=active.clone(),
+                truncated=res.truncated.any(1) & ~res.terminated.any(1), success=success, bootstrap=zeros,
+                replay=out.replay, parts=None if out.log_prob_parts is None else out.log_prob_parts.float(),
+                mask=active.clone(),
             ))
-            ret += torch.where(active, (res.reward * res.valid).sum(1), torch.zeros(B))
-            length += torch.where(active, res.valid.sum(1), torch.zeros(B, dtype=torch.long))
+            ret += torch.where(active, (res.reward * res.valid).sum(1), zeros)
+            length += torch.where(active, res.valid.sum(1), torch.zeros_like(length))
             succ |= active & success
             active &= ~res.done
             obs = res.obs
-        self.finished.extend(zip(ret.tolist(), length.tolist(), succ.tolist(), labels))
+        self.tally.add(ret, length, succ, torch.ones_like(succ))
+        if len(set(labels)) > 1:
+            self.tally.add_tasks(labels, succ.tolist())
         mask = torch.stack([s.pop("mask") for s in steps])
-        return stack_steps(steps, torch.zeros(B), group_ids=group_ids, episode_mask=mask)
+        return stack_steps(steps, zeros, group_ids=group_ids, episode_mask=mask)
+
+    def _group_seeds(self) -> tuple[torch.Tensor, list[int]]:
+        """(group ids int64 [B] on the device, each env's reset seed): the seeds are drawn on the
+        host, where env.reset takes them."""
+        group_ids = self.group_ids  # [B]
+        group_seeds = torch.randint(2**31 - 1, (self.num_groups,), generator=self.rng)
+        return group_ids.to(self.device), group_seeds[group_ids].tolist()
 
     def pop_episode_stats(self) -> dict[str, float]:
         """Mean return, length and success of the episodes collected since the last call (and
         per task, "success/<task>", when there is more than one)."""
-        stats = episode_stats(self.finished)
-        self.finished.clear()
-        return stats
+        return self.tally.pop()
 
     def reset(self, seed: int | None) -> None:
         self.rng.manual_seed(seed or 0)

@@ -28,6 +28,7 @@ from torch import nn
 
 from embodied.rl.algorithms import action_level_gae, gae, grpo_advantages, grpo_keep_mask, ppo_policy_loss, value_loss
 from embodied.rl.trajectory import Trajectory
+from embodied.run.device import autocast, module_device, uses_bf16
 
 if TYPE_CHECKING:
     from embodied.config import GRPOConfig, PPOConfig
@@ -100,6 +101,9 @@ class PolicyGradientLearner:
         if critic:
             groups.append({"params": critic, "lr": cfg.critic_lr, "name": "critic"})
         self.optimizer = torch.optim.Adam(groups, eps=1e-5)
+        # the policy's device; bf16 autocast of its forward for VLAs on CUDA, the losses in float32
+        self.device = module_device(policy)
+        self.bf16 = uses_bf16(policy, self.device)
 
     def optimize(self, traj: Trajectory, advantages: torch.Tensor, returns: torch.Tensor | None,
                  step_mask: torch.Tensor | None = None, train_actor: bool = True,
@@ -114,7 +118,8 @@ class PolicyGradientLearner:
         obs = {k: flatten_time(v) for k, v in traj.obs.items()}
         replay = {k: flatten_time(v) for k, v in traj.replay.items()}
         instructions = [s for step in traj.instructions for s in step]
-        keep = torch.ones(traj.log_probs.numel(), dtype=torch.bool) if step_mask is None else flatten_time(step_mask)
+        keep = (torch.ones(traj.log_probs.numel(), dtype=torch.bool, device=traj.log_probs.device)
+                if step_mask is None else flatten_time(step_mask))
         rows = keep.nonzero().flatten()  # samples that enter the loss
         valid = flatten_time(traj.valid)
         old_lp, old_parts = flatten_time(traj.log_probs), traj.log_prob_parts
@@ -135,21 +140,22 @@ class PolicyGradientLearner:
             old_lp, old_parts = old_lp.clone(), None if old_parts is None else old_parts.clone()
             with torch.no_grad():
                 for chunk in rows.split(max(1, len(rows) // cfg.minibatches)):
-                    ev = policy.evaluate(minibatch(chunk), {k: v[chunk] for k, v in replay.items()})
+                    ev = self._evaluate(minibatch(chunk), {k: v[chunk] for k, v in replay.items()})
                     old_lp[chunk] = ev.log_prob
                     if old_parts is not None and ev.log_prob_parts is not None:
                         old_parts[chunk] = ev.log_prob_parts
 
         n = len(rows)
         mb_size = max(1, n // cfg.minibatches)
-        sums: dict[str, float] = {}
+        sums: dict[str, torch.Tensor] = {}  # on the device: one host read at the end
         count, stop = 0, False
         for _epoch in range(cfg.epochs):
-            perm = rows[torch.randperm(n, generator=self.generator)]
+            # drawn on the CPU (the same permutations on every device), used where the rows are
+            perm = rows[torch.randperm(n, generator=self.generator).to(rows.device)]
             epoch_kl = []
             for start in range(0, mb_size * min(cfg.minibatches, n), mb_size):
                 idx = perm[start:start + mb_size]
-                ev = policy.evaluate(minibatch(idx), {k: v[idx] for k, v in replay.items()})
+                ev = self._evaluate(minibatch(idx), {k: v[idx] for k, v in replay.items()})
                 adv = adv_all[idx]  # [M] or [M, n]
                 v_mask = None if adv.dim() == 1 else valid[idx, :adv.shape[1]]
                 if normalize and len(idx) > 1:
@@ -163,8 +169,9 @@ class PolicyGradientLearner:
                 P, width = (1, 1) if ev.log_prob_parts is None else ev.log_prob_parts.shape[1:]
                 pg_loss, st = ppo_policy_loss(new_lp, old, advantages_at_level(adv, P, width, cfg.logprob_level),
                                               cfg.clip_low, cfg.clip_high, cfg.dual_clip, mask)
-                loss = (pg_loss - cfg.entropy_coef * ev.entropy.mean()) if train_actor else torch.zeros(())
-                v_loss = torch.zeros(())
+                zero = torch.zeros((), device=pg_loss.device)
+                loss = (pg_loss - cfg.entropy_coef * ev.entropy.mean()) if train_actor else zero
+                v_loss = zero
                 if ev.value is not None and ret_all is not None:
                     v_loss = value_loss(ev.value.view_as(ret_all[idx]), old_values[idx], ret_all[idx], cfg.value_clip,
                                         cfg.huber_delta if cfg.value_loss == "huber" else None, v_mask)
@@ -180,7 +187,8 @@ class PolicyGradientLearner:
                                  ("entropy", ev.entropy.mean()), ("approx_kl", st.approx_kl),
                                  ("clip_fraction", st.clip_fraction), ("ratio", st.ratio_mean),
                                  ("grad_norm", grad_norm)):
-                    sums[key] = sums.get(key, 0.0) + float(val.detach() if torch.is_tensor(val) else val)
+                    val = val.detach().float() if torch.is_tensor(val) else torch.tensor(float(val))
+                    sums[key] = sums.get(key, 0.0) + val.to(zero.device)
                 count += 1
                 if cfg.target_kl is not None and st.approx_kl.item() > 1.5 * cfg.target_kl:
                     stop = True
@@ -189,12 +197,21 @@ class PolicyGradientLearner:
                 self._adapt_lr(sum(epoch_kl) / len(epoch_kl))
             if stop:
                 break
-        stats = {k: v / max(count, 1) for k, v in sums.items()}
+        stats = {k: float(v) / max(count, 1) for k, v in sums.items()}
         stats["lr"] = self.optimizer.param_groups[0]["lr"]
         stats["minibatch_updates"] = float(count)
         stats["samples"] = float(n)
         self.iteration += 1
         return stats
+
+    def _evaluate(self, obs: dict[str, Any], replay: dict[str, torch.Tensor]) -> Any:
+        """policy.evaluate under the learner's autocast; log-probs, entropy and values in float32."""
+        with autocast(self.device, self.bf16):
+            ev = self.policy.evaluate(obs, replay)
+        return dataclasses.replace(
+            ev, log_prob=ev.log_prob.float(), entropy=ev.entropy.float(),
+            value=None if ev.value is None else ev.value.float(),
+            log_prob_parts=None if ev.log_prob_parts is None else ev.log_prob_parts.float())
 
     def _adapt_lr(self, kl: float) -> None:
         """rsl_rl-style adaptive schedule: keep the actor's KL near desired_kl."""
@@ -238,7 +255,9 @@ class ReturnScaler:
         [T, B, n]. n = 1 gives the chunk-level return."""
         T, B, n = rewards.shape
         if self.ret is None or self.ret.shape[0] != B:
-            self.ret = torch.zeros(B, dtype=torch.float64)
+            self.ret = torch.zeros(B, dtype=torch.float64, device=rewards.device)
+        self.stats.to(rewards.device)
+        self.ret = self.ret.to(rewards.device)
         for t in range(T):
             for k in range(n):
                 v = valid[t, :, k]

@@ -17,8 +17,12 @@ from sims.vecenv import VecEnv
 EVAL_SEED_BASE = 1_000_000  # evaluation seeds never overlap training seeds
 
 
-def build_env(cfg: EnvConfig, num_envs: int | None = None) -> VecEnv:
+def build_env(cfg: EnvConfig, num_envs: int | None = None, device: Any = None) -> VecEnv:
+    """The env of cfg; with a device (torch.device), ManiSkill tasks run where it is (physx_cuda on
+    CUDA, so observations never leave the GPU; physx_cpu on the CPU)."""
     extra = {"cameras": tuple(cfg.cameras)} if cfg.obs_mode == "rgb" else {}
+    if device is not None and cfg.task.startswith("ms:"):
+        extra["sim_backend"] = "physx_cuda" if device.type == "cuda" else "physx_cpu"
     if cfg.rollout != "mean":
         extra["rollout"] = cfg.rollout
     if cfg.model_noise != 0.0:

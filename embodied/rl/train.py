@@ -14,6 +14,7 @@ from embodied.rl.loop_parts import build_env, end_iteration, eval_seeds
 from embodied.rl.registry import algorithm
 from embodied.run.checkpoint import load_checkpoint
 from embodied.run.logger import Logger
+from embodied.run.device import resolve_device
 from policies.registry import build_policy
 from sims.vecenv import VecEnv
 
@@ -41,11 +42,12 @@ def train(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, 
     if tc.torch_threads:
         torch.set_num_threads(tc.torch_threads)
     torch.manual_seed(tc.seed)
+    device = resolve_device(tc.device)
 
-    env = build_env(cfg.env)
-    policy = build_policy(cfg.policy, env.spec, per_action_value=cfg.ppo.reward_level == "action")
+    env = build_env(cfg.env, device=device)
+    policy = build_policy(cfg.policy, env.spec, per_action_value=cfg.ppo.reward_level == "action").to(device)
     collector, learner = build_algorithm(cfg, env, policy)
-    eval_env = build_env(cfg.env, min(tc.eval_episodes, 64))
+    eval_env = build_env(cfg.env, min(tc.eval_episodes, 64), device=device)
     seeds = eval_seeds(tc.eval_episodes)
 
     it, env_steps, summary = 0, 0, {}
@@ -68,7 +70,7 @@ def train(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, 
         summary["eval_curve"] = [(0, summary["success_before"])]
 
     logger = Logger(run_dir / "tb", tc.total_steps, env_steps, tc.progress)
-    logger.print(f"run {run_dir}: {tc.algorithm} on {cfg.env.task}, {env.num_envs} envs, {tc.total_steps} env "
+    logger.print(f"run {run_dir}: {tc.algorithm} on {cfg.env.task}, {env.num_envs} envs on {device}, {tc.total_steps} env "
                  f"steps; success before training {summary['success_before']:.2f}")
     def trainer_state() -> dict[str, Any]:
         return {"learner": learner.state_dict(), "env": env.state_dict(), "collector": collector.state_dict(),

@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from embodied.data.dataset import EpisodeWriter
 from embodied.robot_rl.config import FinetuneConfig
 from embodied.robot_rl.data import load_policy
 from embodied.robot_rl.labels import Labels
@@ -37,6 +36,7 @@ from embodied.robot_rl.obs import obs_vector
 from embodied.robot_rl.replay import chunk_transition
 from embodied.robot_rl.residual import BasePolicy, compose, residual_of
 from embodied.robot_rl.sim_robot import SimOperator, SimRobot
+from robot_bridge.recorder import camera_transform_of, episode_writer
 from robot_bridge.robot_env import RobotEnv
 from robot_bridge.teleop import Teleop
 from sims.vecenv import EnvError
@@ -70,7 +70,8 @@ class Actor:
         self.labels = (Labels(cfg.labels, getattr(self.env, "tr", None), cfg.robot.topic(cfg.labels.topic or ""))
                        if cfg.labels is not None else None)
         spec = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(self.env.spec).items()}
-        self.writer = EpisodeWriter(self.dir / "online", cfg.robot.task, spec)
+        # the camera transform of the robot's frames goes into the dataset's metadata (docs/ros2.md)
+        self.writer = episode_writer(self.dir / "online", cfg.robot.task, spec, camera_transform_of(self.env))
         self.link = ActorLink(self.dir, cfg.actor.port)
         self.memory: dict[int, list[dict]] = {}  # this run's episodes, for a learner that (re)connects
         self.gen = torch.Generator().manual_seed(cfg.actor.seed)

@@ -64,14 +64,15 @@ class SACConfig:
 class SACAgent:
     """actor (TanhGaussianActor), critic and target critic (EnsembleCritic), log_alpha."""
 
-    def __init__(self, obs_dim: int, action_dim: int, cfg: SACConfig, image: tuple[int, int] | None = None):
-        self.cfg, self.image = cfg, image
-        self.actor = TanhGaussianActor(obs_dim, action_dim, cfg.hidden, image)
-        self.critic = EnsembleCritic(obs_dim, action_dim, cfg.ensemble, cfg.hidden, image)
+    def __init__(self, obs_dim: int, action_dim: int, cfg: SACConfig, image: tuple[int, int] | None = None,
+                 device: torch.device | str = "cpu"):
+        self.cfg, self.image, self.device = cfg, image, torch.device(device)
+        self.actor = TanhGaussianActor(obs_dim, action_dim, cfg.hidden, image).to(self.device)
+        self.critic = EnsembleCritic(obs_dim, action_dim, cfg.ensemble, cfg.hidden, image).to(self.device)
         if image:  # one encoder: the critic's loss trains it, the actor reads it detached (DrQ)
             self.actor.encoder, self.actor.detach_encoder = self.critic.encoder, True
         self.target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.log_alpha = torch.tensor(math.log(cfg.init_temperature), requires_grad=True)
+        self.log_alpha = torch.tensor(math.log(cfg.init_temperature), requires_grad=True, device=self.device)
         self.target_entropy = -action_dim / 2 if cfg.target_entropy is None else cfg.target_entropy
         self.opt_actor = torch.optim.Adam([p for n, p in self.actor.named_parameters() if not n.startswith("encoder.")],
                                           lr=cfg.lr)

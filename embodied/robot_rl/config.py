@@ -64,6 +64,17 @@ class LearnerConfig:
     max_updates_per_transition: float = 1.0  # updates never outrun the data by more than this
     successes_as_demos: bool = False  # an episode that succeeded also goes into the demo buffer (self-imitation)
     seed: int = 0
+    # where the SAC learner's networks and batches live: auto (CUDA when present), cpu, cuda, cuda:N
+    # (embodied/run/device.py); the actor on the robot side stays on the CPU, weights travel as numpy
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        from embodied.run.device import DeviceError, check_device
+
+        try:
+            check_device(self.device, "learner.device")
+        except DeviceError as e:
+            raise FinetuneConfigError(str(e)) from None
 
 
 @dataclass

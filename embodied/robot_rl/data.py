@@ -29,7 +29,7 @@ def save_policy(path: str | Path, actor: TanhGaussianActor, version: int, hidden
     """Atomically write the actor's weights with their version."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    sd = {k: v.detach().contiguous().clone() for k, v in actor.state_dict().items()}
+    sd = {k: v.detach().cpu().contiguous().clone() for k, v in actor.state_dict().items()}  # loads on any device
     meta = {"version": str(version), "obs_dim": str(actor.norm.mean.numel()), "action_dim": str(actor.action_dim),
             "hidden": json.dumps(list(hidden)),
             "image": json.dumps(list(actor.encoder.image) if actor.encoder is not None else None)}

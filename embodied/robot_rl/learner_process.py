@@ -29,6 +29,7 @@ import torch
 
 from embodied.data.layout import DatasetError
 from embodied.robot_rl.agent import SACAgent
+from embodied.run.device import resolve_device, to_device
 from embodied.robot_rl.augment import random_shift
 from embodied.robot_rl.config import FinetuneConfig
 from embodied.robot_rl.data import committed_episodes, dataset_transitions, load_policy, save_policy
@@ -116,11 +117,12 @@ class Learner:
         self.cfg, self.dir = cfg, Path(cfg.run_dir)
         torch.manual_seed(cfg.learner.seed)
         actor, version = load_policy(prepare(cfg))
+        self.device = resolve_device(cfg.learner.device, "learner.device")
         self.agent = SACAgent(actor.norm.mean.numel(), actor.action_dim, cfg.sac,
-                              actor.encoder.image if actor.encoder is not None else None)
+                              actor.encoder.image if actor.encoder is not None else None, self.device)
         ckpt = self.dir / "learner.pt"
-        if ckpt.exists():
-            state = torch.load(ckpt, weights_only=True)
+        if ckpt.exists():  # saved on any device, continued on this one
+            state = torch.load(ckpt, weights_only=True, map_location="cpu")
             self.agent.load_state_dict(state["agent"])
             version = int(state["version"])
             log.info("learner: resumed from %s (version %d, %d updates)", ckpt, version, self.agent.updates)
@@ -189,7 +191,8 @@ class Learner:
 
     def update(self) -> None:
         c, lc = self.cfg.sac, self.cfg.learner
-        batches = [mixed_batch(self.online, self.demo, c.batch_size, c.demo_fraction, self.gen) for _ in range(c.utd)]
+        batches = [to_device(mixed_batch(self.online, self.demo, c.batch_size, c.demo_fraction, self.gen), self.device)
+                   for _ in range(c.utd)]
         self.stats = self.agent.update(batches, actor=self.agent.updates >= lc.critic_warmup_updates)
 
     def serve(self, timeout_s: float = 60.0) -> str:

@@ -37,17 +37,22 @@ def load_config(path: Path, overrides: list[str]):
     from dataclasses import fields
 
     from embodied.config_loader import ConfigError, load_mapping
+    from embodied.run.device import DeviceError, check_device, flat_device_key
     from sims.vecenv import EnvError
     from sims.world_model.model import WorldModelConfig
 
     try:
-        raw = load_mapping(path, overrides, what="WorldModelConfig fields", example="epochs=50")
+        raw = flat_device_key(load_mapping(path, overrides, what="WorldModelConfig fields", example="epochs=50"))
     except ConfigError as e:
         raise EnvError(f"config: {e}") from None
     known = {f.name for f in fields(WorldModelConfig)}
     bad = sorted(set(raw) - known)
     if bad:
         raise EnvError(f"world_model.{bad[0]}: unknown field; allowed: {', '.join(sorted(known))}")
+    try:
+        check_device(raw.get("device", "auto"), "world_model.device")
+    except DeviceError as e:
+        raise EnvError(str(e)) from None
     if "dataset" in raw and raw["dataset"] is not None:
         raw["dataset"] = str(raw["dataset"])
     return WorldModelConfig(**raw)

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 
 from sims.vecenv import EnvError
 from embodied.world_model.windows import Episode, frames, load_episodes, split, windows
+from embodied.run.device import resolve_device, to_device
 from sims.world_model.model import (DELTA_WEIGHT_CAP, HEAD_INPUTS, LATENT_SPACES, STATE_LOSSES, WorldModel,
                                     WorldModelConfig)
 from embodied.world_model.noise import fit_noise_head, residual_std
@@ -93,8 +94,8 @@ def window_loss(model: WorldModel, w: dict[str, torch.Tensor],
     z0 = model.encode(x[:, 0], None if img is None else img[:, 0])
     loss = model.state_error(model.decode(z0), x[:, 0]).mean()
     z, k = z0, w["a"].shape[1]
-    err, head_err = torch.zeros(len(x)), torch.zeros(len(x))
-    wm = torch.ones(len(model.members), len(x)) if weights is None else weights
+    err, head_err = torch.zeros(len(x), device=x.device), torch.zeros(len(x), device=x.device)
+    wm = torch.ones(len(model.members), len(x), device=x.device) if weights is None else weights
     for j in range(k):
         a = w["a"][:, j]
         z = model.step_members(z, a)  # [M, N, Z]
@@ -241,13 +242,17 @@ def train_world_model(cfg: WorldModelConfig, log=print) -> tuple[WorldModel, dic
                   latent=ep0.x.shape[1] if cfg.latent_space == "state" else cfg.latent,
                   obs_keys=["state", "privileged", "instruction"] + [f"rgb_{c}" for c in cfg.cameras])
     train, held = split(episodes, cfg.holdout, cfg.seed)
+    device = resolve_device(cfg.device, "world_model.device")
     model = WorldModel(cfg)
     if cfg.init_from:
         _continue_from(model, cfg)
     else:
         _fit_normalizer(model, train)
-    wt, wh = windows(train, cfg.horizon_k), windows(held, cfg.horizon_k)
-    ft, fh = frames(train), frames(held)
+    # the fit runs on `device` (windows and frames moved there once); the thresholds and the noise
+    # head after it run on the CPU, where the saved model is loaded
+    model.to(device)
+    wt, wh = to_device(windows(train, cfg.horizon_k), device), to_device(windows(held, cfg.horizon_k), device)
+    ft, fh = to_device(frames(train), device), to_device(frames(held), device)
     if cfg.heads_only:  # the loaded dynamics stay as they are
         for name, par in model.named_parameters():
             par.requires_grad_(name.startswith("heads."))
@@ -258,10 +263,10 @@ def train_world_model(cfg: WorldModelConfig, log=print) -> tuple[WorldModel, dic
     # bootstrap: member i sees window j boot[i, j] times (a resample with replacement), so the
     # members agree where the data is dense and disagree away from it
     boot = torch.stack([torch.bincount(torch.randint(n, (n,), generator=gen), minlength=n)
-                        for _ in range(cfg.members)]).float()
+                        for _ in range(cfg.members)]).float().to(device)
     for epoch in range(cfg.epochs):
         model.train()
-        for idx in torch.randperm(n, generator=gen).split(cfg.batch_size):
+        for idx in torch.randperm(n, generator=gen).to(device).split(cfg.batch_size):
             loss = window_loss(model, batch(wt, ft, idx), boot[:, idx])[0]
             opt.zero_grad()
             loss.backward()
@@ -280,7 +285,8 @@ def train_world_model(cfg: WorldModelConfig, log=print) -> tuple[WorldModel, dic
         if bad >= cfg.patience or time.monotonic() - start > 60 * cfg.max_minutes:
             break
     model.load_state_dict(best_state)
-    model.eval()
+    model.cpu().eval()
+    wh, fh = to_device(wh, torch.device("cpu")), to_device(fh, torch.device("cpu"))
     model.cfg = cfg = replace(
         cfg, disagreement_threshold=disagreement_threshold(model, wh, cfg.uncertainty_margin, fh),
         member_disagreement_threshold=member_disagreement_threshold(model, held, cfg.uncertainty_margin,

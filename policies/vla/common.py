@@ -52,6 +52,8 @@ class Stats(nn.Module):
 class VLAPolicy(Policy):
     """Base of FlowVLA and ARVLA. Subclasses set `causal_lm`, `marker` and `extra_vocab()`."""
 
+    is_vla = True  # bf16 autocast on CUDA (embodied/run/device.py)
+
     causal_lm = False
     marker = False
 

@@ -138,7 +138,7 @@ class FlowVLA(VLAPolicy):
             mean, g = sde_step(x, v, t, dt, self.config.sde_noise_level)
             std = std + g
         elif method == "flow_noise":
-            std = self.noise_head(h, self.config.noise_std_min, self.config.noise_std_max)
+            std = self.noise_head(h, self.config.noise_std_min, self.config.noise_std_max).float()
         A = self.config.action_dim
         mean = torch.cat([mean[..., :A], ode[..., A:]], dim=-1)
         std = torch.cat([std[..., :A], torch.zeros_like(std[..., A:])], dim=-1)
@@ -149,7 +149,7 @@ class FlowVLA(VLAPolicy):
         """The denoising times float32 [steps]: t_i = 1 - i / steps, i = 0 .. steps - 1 (t_0 = 1 is
         pure noise). Sampling and scoring both index this one grid, so the time embedding sees
         bit-identical t in act and in evaluate."""
-        return (1.0 - torch.arange(steps, dtype=torch.float64) / steps).float().to(device)
+        return (1.0 - torch.arange(steps, dtype=torch.float64, device=device) / steps).float()
 
     @torch.no_grad()
     def sample(self, prefix: Prefix, state: torch.Tensor, noise: torch.Tensor, steps: int,

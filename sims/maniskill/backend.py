@@ -27,6 +27,28 @@ Rows = dict[str, torch.Tensor]
 CAMERA = "base_camera"  # ManiSkill's default task camera, our "front"
 
 
+_PHYSX_GPU: list[str | None] = []  # cached physx_gpu_error()
+
+
+def physx_gpu_error() -> str | None:
+    """None when SAPIEN's GPU PhysX can start here; else one line saying why not. SAPIEN loads
+    libPhysXGpu_64.so from ~/.sapien/physx/<version>/ and downloads it from github.com on first
+    use: a machine without it and without that network cannot run physx_cuda
+    (benchmarks/gpu_bundle.sh carries it to such machines)."""
+    if not _PHYSX_GPU:
+        import sapien.physx as physx
+
+        try:
+            physx.enable_gpu()
+            _PHYSX_GPU.append(None)
+        except Exception as e:  # noqa: BLE001 - requests / zipfile / OSError from SAPIEN's download
+            where = f"~/.sapien/physx/{physx.version()}/libPhysXGpu_64.so"
+            _PHYSX_GPU.append(f"SAPIEN's PhysX GPU library {where} is not on this machine and its download from "
+                              f"github.com failed ({type(e).__name__}); unzip sapien-sim/physx-precompiled's "
+                              f"release {physx.version()} linux-so.zip there (make gpu-bundle carries it)")
+    return _PHYSX_GPU[0]
+
+
 def _make(env_id: str, num_envs: int, opts: dict[str, Any]):
     """gym.make a ManiSkill env; ManiSkill errors become one-line EnvErrors."""
     import gymnasium as gym

@@ -84,10 +84,14 @@ class ManiSkillVecEnv(VecEnv):
             raise EnvError("ManiSkill needs Vulkan: no NVIDIA driver and no lavapipe in .cache/lavapipe; "
                            "run `make maniskill` (or python -m sims.maniskill.lavapipe)")
         cuda = torch.cuda.is_available()
-        if sim_backend == "auto":
-            sim_backend = "physx_cuda" if cuda else "physx_cpu"
+        from sims.maniskill.backend import physx_gpu_error
+
+        if sim_backend == "auto":  # physx_cuda where CUDA and SAPIEN's GPU PhysX are, else physx_cpu
+            sim_backend = "physx_cuda" if cuda and physx_gpu_error() is None else "physx_cpu"
         if sim_backend == "physx_cuda" and not cuda:
             raise EnvError("sim_backend: physx_cuda needs a CUDA device; use physx_cpu")
+        if sim_backend == "physx_cuda" and physx_gpu_error() is not None:
+            raise EnvError(f"sim_backend: physx_cuda: {physx_gpu_error()}")
         if render_backend == "auto":
             render_backend = "gpu" if cuda else "cpu"
         dr = resolve(randomization, reality, sim_backend)  # before anything is built
@@ -109,7 +113,9 @@ class ManiSkillVecEnv(VecEnv):
         self.device = torch.device(device) if device else torch.device(getattr(self.backend, "device", "cpu"))
         self._rng = np.random.default_rng(seed)
         self._seeded = False
-        self._elapsed = torch.zeros(num_envs, dtype=torch.long)
+        # counters and rewards live on the env's device (physx_cuda: the GPU); per step only the done
+        # mask comes to the host, for the seeds and instructions of the envs that reset
+        self._elapsed = torch.zeros(num_envs, dtype=torch.long, device=self.device)
         self._instr = [""] * int(num_envs)
         self._cur: dict[str, torch.Tensor] = {}  # latest rows of every env (obs parts, progress)
         self._grip = info["gripper_range"]
@@ -154,7 +160,7 @@ class ManiSkillVecEnv(VecEnv):
         idx = torch.as_tensor(ids, dtype=torch.long)
         for k, v in rows.items():
             self._cur[k][idx.to(v.device)] = v
-        self._elapsed[idx] = 0
+        self._elapsed[idx.to(self._elapsed.device)] = 0
         for j, i in enumerate(ids):
             self._instr[i] = instruction(self.task, seeds[j])
 
@@ -199,10 +205,11 @@ class ManiSkillVecEnv(VecEnv):
             applied = self._dr.action(a.detach().cpu().double().numpy(), ids)
             a = torch.from_numpy(applied).to(a.device, torch.float32)
         rows = self.backend.step(a, ids)
-        idx = torch.as_tensor(ids, dtype=torch.long)
+        dev = self.device
+        idx = torch.as_tensor(ids, dtype=torch.long).to(dev)
         self._elapsed[idx] += 1
-        success, fail = rows["success"].cpu(), rows["fail"].cpu()
-        prog, prev = rows["progress"].cpu(), self._cur["progress"][idx.to(self._cur["progress"].device)].cpu()
+        success, fail = rows["success"].to(dev), rows["fail"].to(dev)
+        prog, prev = rows["progress"].to(dev), self._cur["progress"][idx.to(self._cur["progress"].device)].to(dev)
         if self.reward_mode == "dense":
             reward = prog - prev + success.float()
         elif self.reward_mode == "staged":
@@ -213,7 +220,7 @@ class ManiSkillVecEnv(VecEnv):
             self._cur[k][idx.to(v.device)] = v
         term = success | fail
         trunc = (self._elapsed[idx] >= self.spec.max_episode_steps) & ~term
-        info = {k: v.cpu() for k, v in rows.items() if k not in ("ms_state", "physics", "rgb_front", "progress")}
+        info = {k: v.to(dev) for k, v in rows.items() if k not in ("ms_state", "physics", "rgb_front", "progress")}
         return rows, reward.float(), term, trunc, info
 
     def _auto_reset(self, done_ids: np.ndarray) -> None:
@@ -229,15 +236,16 @@ class ManiSkillVecEnv(VecEnv):
         done = term | trunc
         if done.any():
             final = self._obs(self._cur, self._instr)
-            self._auto_reset(np.flatnonzero(done.numpy()))
+            self._auto_reset(np.flatnonzero(done.cpu().numpy()))
         return StepResult(obs=self._obs(self._cur, self._instr), reward=reward, terminated=term,
                           truncated=trunc, info=info, final_obs=final)
 
     def chunk_step(self, actions: torch.Tensor) -> ChunkStepResult:
         a = self._actions(actions, chunk=True)
         B, K = a.shape[:2]
-        reward = torch.zeros(B, K)
-        term, trunc, valid = (torch.zeros(B, K, dtype=torch.bool) for _ in range(3))
+        dev = self.device
+        reward = torch.zeros(B, K, device=dev)
+        term, trunc, valid = (torch.zeros(B, K, dtype=torch.bool, device=dev) for _ in range(3))
         info: dict[str, torch.Tensor] = {}
         active = np.ones(B, bool)
         final_rows: dict[str, torch.Tensor] | None = None
@@ -246,12 +254,12 @@ class ManiSkillVecEnv(VecEnv):
             ids = np.flatnonzero(active)
             if len(ids) == 0:
                 break
-            _, r, te, tr, inf = self._advance(a[torch.as_tensor(ids), k], ids)
-            t_ids = torch.as_tensor(ids)
+            _, r, te, tr, inf = self._advance(a[torch.as_tensor(ids).to(a.device), k], ids)
+            t_ids = torch.as_tensor(ids).to(dev)
             valid[t_ids, k], reward[t_ids, k], term[t_ids, k], trunc[t_ids, k] = True, r, te, tr
             for name, v in inf.items():
-                info.setdefault(name, torch.zeros(B, K, dtype=v.dtype))[t_ids, k] = v
-            fin = ids[(te | tr).numpy()]
+                info.setdefault(name, torch.zeros(B, K, dtype=v.dtype, device=dev))[t_ids, k] = v
+            fin = ids[(te | tr).cpu().numpy()]
             if len(fin):
                 if final_rows is None:
                     final_rows = {key: v.clone() for key, v in self._cur.items()}
@@ -276,7 +284,7 @@ class ManiSkillVecEnv(VecEnv):
         return {"task": self.spec.task, "num_envs": self.num_envs,
                 "physics": self._cur["physics"].cpu().numpy().copy(),
                 "progress": self._cur["progress"].cpu().numpy().copy(),
-                "elapsed_steps": self._elapsed.numpy().copy(), "instructions": list(self._instr),
+                "elapsed_steps": self._elapsed.cpu().numpy().copy(), "instructions": list(self._instr),
                 "rng_state": json.dumps(self._rng.bit_generator.state), "rng_seeded": int(self._seeded),
                 **(self._dr.state_dict() if self._dr is not None else {})}
 

@@ -24,7 +24,8 @@ import tempfile
 from pathlib import Path
 
 PACKAGE = "mesa-vulkan-drivers"
-NVIDIA_ICDS = ("/usr/share/vulkan/icd.d/nvidia_icd.json", "/etc/vulkan/icd.d/nvidia_icd.json")
+NVIDIA_ICDS = ("/usr/share/vulkan/icd.d/nvidia_icd.json", "/etc/vulkan/icd.d/nvidia_icd.json",
+               "/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json")  # the last: container images
 LIB_DIR = "usr/lib/x86_64-linux-gnu"
 
 
@@ -52,6 +53,9 @@ def configure() -> str:
     if os.environ.get("VK_ICD_FILENAMES"):
         return "env"
     if has_nvidia_vulkan():
+        icd = next(p for p in NVIDIA_ICDS if os.path.exists(p))
+        if not icd.startswith(("/usr/share/", "/etc/")):  # not where the Vulkan loader looks by itself
+            os.environ["VK_ICD_FILENAMES"] = os.environ["VK_DRIVER_FILES"] = icd
         return "nvidia"
     icd = icd_path()
     if not icd.exists():

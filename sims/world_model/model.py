@@ -50,6 +50,7 @@ class WorldModelConfig:
     patience: int = 10  # epochs without a better held-out k-step error before stopping
     holdout: float = 0.2  # fraction of episodes held out (early stopping, eval)
     seed: int = 0
+    device: str = "auto"  # where `embodied world-model train` fits it: auto, cpu, cuda, cuda:N (saved models load on the CPU)
     keyframe_every: int = 0  # > 0: resets also start at every n-th frame of the training episodes
     uncertainty_lambda: float = 0.1  # reward = reward head - lambda * disagreement
     uncertainty_margin: float = 3.0  # truncate when disagreement > margin * held-out 99th percentile

@@ -41,12 +41,13 @@ STALE_CLI = ["train", *TINY_CLI, "train.placement=pipelined", "train.save_every=
 
 
 def learner_pids() -> set[int]:
-    """The processes of this machine's Ray learner actors (Ray titles them ray::LearnerWorker...)."""
-    pids = set()
+    """The processes of this machine's Ray learner actors (Ray titles them ray::LearnerWorker...),
+    in this process's network namespace (not those of tests/distributed/test_distributed_hosts.py's hosts)."""
+    pids, here = set(), os.readlink("/proc/self/ns/net")
     for name in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{name}/cmdline", "rb") as f:
-                if f.read().startswith(b"ray::LearnerWorker"):
+                if f.read().startswith(b"ray::LearnerWorker") and os.readlink(f"/proc/{name}/ns/net") == here:
                     pids.add(int(name))
         except OSError:  # the process ended meanwhile
             pass
@@ -73,7 +74,8 @@ def test_killed_env_worker_is_restarted_and_its_episodes_dropped():
         collector.on_step = lambda t: kill_and_wait(pid) if t == 5 else None
         batch = collector.collect()
         collector.on_step = None
-        assert collector.fault_stats() == {"env_worker_restarts": 1.0, "dropped_episodes": 4.0}
+        assert collector.fault_stats() == {"env_worker_restarts": 1.0, "dropped_episodes": 4.0,
+                                           "rollout_restarts": 0.0}
         assert batch.traj.num_envs == 4  # the killed shard's columns left this iteration
         assert batch.traj.actions.shape[:2] == (16, 4)
         assert backend.get(backend.call(collector.workers[0], "where"))["pid"] != pid
@@ -81,6 +83,17 @@ def test_killed_env_worker_is_restarted_and_its_episodes_dropped():
         assert stats["samples"] == 16 * 4
         again = collector.collect()
         assert again.traj.num_envs == 8 and collector.restarts == 1
+        # the rollout role killed mid-batch: rebuilt with the last weights, the batch collected
+        # again from where the envs stand; no episode is dropped
+        pid, killed = backend.get(backend.call(collector.rollout, "where"))["pid"], []
+        collector.on_step = lambda t: (kill_and_wait(pid), killed.append(t)) if t == 5 and not killed else None
+        batch = collector.collect()
+        collector.on_step = None
+        assert collector.fault_stats() == {"env_worker_restarts": 1.0, "dropped_episodes": 4.0,
+                                           "rollout_restarts": 1.0}
+        assert batch.traj.actions.shape[:2] == (16, 8) and batch.weight_version == again.weight_version
+        assert backend.get(backend.call(collector.rollout, "where"))["pid"] != pid
+        assert any("rollout role lost: rebuilt" in e for e in collector.pop_events())
         # GRPO's grouped collection over the same actors (one group of 4 envs on each worker):
         # a worker killed mid-episode takes its whole group out of the batch
         grouped = GroupedCollector(backend, collector.workers, collector.sizes, collector.rollout, 4,
@@ -89,9 +102,20 @@ def test_killed_env_worker_is_restarted_and_its_episodes_dropped():
         pid = backend.get(backend.call(grouped.workers[1], "where"))["pid"]
         grouped.on_step = lambda t: kill_and_wait(pid) if t == 5 else None
         batch = grouped.collect()
-        assert grouped.fault_stats() == {"env_worker_restarts": 1.0, "dropped_episodes": 4.0}
+        assert grouped.fault_stats() == {"env_worker_restarts": 1.0, "dropped_episodes": 4.0,
+                                         "rollout_restarts": 0.0}
         assert batch.traj.group_ids.tolist() == [0, 0, 0, 0] and batch.traj.episode_mask[:5].all()
         assert grouped.pop_episode_stats()["episodes"] == 4.0
+        # its rollout role killed mid-collect: rebuilt, and the whole batch collected again
+        grouped.make_rollout = collector.make_rollout
+        grouped.set_weights(*backend.get(backend.call(learners[0], "weights")))
+        pid, killed = backend.get(backend.call(grouped.rollout, "where"))["pid"], []
+        grouped.on_step = lambda t: (kill_and_wait(pid), killed.append(t)) if t == 3 and not killed else None
+        batch = grouped.collect()
+        assert grouped.fault_stats() == {"env_worker_restarts": 1.0, "dropped_episodes": 4.0,
+                                         "rollout_restarts": 1.0}
+        assert batch.traj.group_ids.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+        assert backend.get(backend.call(grouped.rollout, "where"))["pid"] != pid
     finally:
         backend.shutdown()
 

@@ -10,12 +10,25 @@ import pytest
 
 from robot_bridge import ros_types as rt
 from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, TransportError
+from robot_bridge.transport_factory import make_transport, rclpy_available
 
 
-from robot_bridge.transport_factory import make_transport
 @pytest.fixture
-def pair(dds_env):
+def dds_pair(dds_env):
     a, b = make_transport("dds"), make_transport("dds")
+    yield a, b
+    a.close()
+    b.close()
+
+
+@pytest.fixture(params=["dds", "rclpy"])
+def pair(request, dds_env):
+    """Two nodes on one transport: the tests that use it hold for both transports."""
+    if request.param == "rclpy" and not rclpy_available():
+        pytest.skip("rclpy does not import in this venv; these run in .venv-ros-jazzy and .venv-ros-kilted "
+                    "(test_bridge_ros2.py::test_transport_tests_pass_on_rclpy; make ros2)")
+    a, b = make_transport(request.param, node_name="node_a"), make_transport(request.param, node_name="node_b")
+    assert (a.name, b.name) == (request.param, request.param)
     yield a, b
     a.close()
     b.close()
@@ -77,9 +90,9 @@ def test_cyclonedds_types_serialise_like_rosbags(msg_type):
     assert rt.idl_struct(msg_type).__idl_typename__ == rt.dds_type_name(msg_type)
 
 
-def test_wire_bytes_decode_with_rosbags(pair):
+def test_wire_bytes_decode_with_rosbags(dds_pair):
     """Bytes captured off the wire by a raw reader decode with rosbags to the values sent."""
-    a, b = pair
+    a, b = dds_pair
     samples = _samples()
     got: dict[str, list[bytes]] = {k: [] for k in samples}
     pubs = {}
@@ -100,11 +113,11 @@ def test_wire_bytes_decode_with_rosbags(pair):
         assert _same(msg, rt.typestore().deserialize_cdr(raw, msg_type))
 
 
-def test_discovery_shows_ros2_names_and_qos(pair):
+def test_discovery_shows_ros2_names_and_qos(dds_pair):
     """What a remote participant discovers: rt/ topic, ROS type name, ROS 2 QoS profiles."""
     from cyclonedds.qos import Policy
 
-    a, b = pair
+    a, b = dds_pair
     a.publisher("/joint_states", "sensor_msgs/msg/JointState", SENSOR_QOS)
     a.publisher("/cmd_vel_like", "std_msgs/msg/Float64MultiArray", COMMAND_QOS)
     found = {}
@@ -123,7 +136,7 @@ def test_discovery_shows_ros2_names_and_qos(pair):
     assert cmd.qos[Policy.History] == Policy.History.KeepLast(10)
 
 
-def test_foreign_writer_is_received(pair):
+def test_foreign_writer_is_received(dds_pair):
     """A plain cyclonedds writer (serialising with cyclonedds itself, as another DDS/ROS 2 node
     would) on rt/cmd with the ROS type is decoded by our subscription."""
     from cyclonedds.pub import DataWriter
@@ -131,7 +144,7 @@ def test_foreign_writer_is_received(pair):
 
     from robot_bridge.dds import dds_qos
 
-    a, b = pair
+    a, b = dds_pair
     sub = b.subscribe("/cmd", "std_msgs/msg/Float64MultiArray", COMMAND_QOS)
     msg = rt.float64_array(np.array([[0.5, -0.25, 1.0, 0.0]]), labels=["k", "a"])
     topic = Topic(a.participant, "rt/cmd", rt.idl_struct("std_msgs/msg/Float64MultiArray"))
@@ -150,6 +163,8 @@ def test_latest_with_receive_time_and_qos(pair):
     seq = sub.latest().seq
     pub.publish(rt.joint_state(["x"], [7.0]))
     got = sub.wait_newer(seq, 2.0)
+    while got is not None and got.msg.position.tolist() != [7.0]:  # [0.0]s still in flight (rclpy's executor)
+        got = sub.wait_newer(got.seq, 2.0)
     assert got is not None and got.msg.position.tolist() == [7.0] and got.recv_time >= t0
 
 
@@ -171,10 +186,10 @@ def test_service_call(pair):
         a.call_service("/nobody", "std_srvs/srv/Trigger", req, timeout=0.3)
 
 
-def test_slow_service_receives_one_request(pair):
+def test_slow_service_receives_one_request(dds_pair):
     """A call is sent once and waited for, as rmw_cyclonedds does (rclcpp and rclpy servers do
     not deduplicate): a 0.6 s handler sees one copy on the wire and runs once."""
-    a, b = pair
+    a, b = dds_pair
     calls, wire = [], []
 
     def handler(req):
@@ -191,7 +206,7 @@ def test_slow_service_receives_one_request(pair):
     assert len(calls) == 1 and len(wire) == 1
 
 
-def test_service_waits_for_the_clients_reply_reader(pair):
+def test_service_waits_for_the_clients_reply_reader(dds_pair):
     """A client (as a foreign node may) writes its request as soon as the service's request
     reader is matched, and creates its reply reader only afterwards: the server waits for that
     reader (up to 100 ms, as rmw_cyclonedds) instead of answering into the void."""
@@ -201,7 +216,7 @@ def test_service_waits_for_the_clients_reply_reader(pair):
 
     from robot_bridge.dds import _REQ_HEADER, dds_qos
 
-    a, b = pair
+    a, b = dds_pair
     b.serve("/quick", "std_srvs/srv/Trigger",
             lambda req: rt.msg_class("std_srvs/srv/Trigger_Response")(success=True, message="quick"))
     rq, rr = rt.dds_service_topics("/quick")
@@ -250,34 +265,53 @@ def test_auto_falls_back_to_dds_without_rclpy(dds_env, monkeypatch):
         make_transport("dds", domain_id=999)
 
 
-def test_ros2_graph_shows_the_node(pair):
+@pytest.mark.parametrize("distro,size", [("humble", 24), ("jazzy", 16), ("kilted", 16)])
+def test_ros2_graph_shows_the_node(dds_env, monkeypatch, distro, size):
     """What `ros2 node list` reads (rmw_dds_common's graph): the participant's user data
-    `enclave=/;`, and on ros_discovery_info the node's name with its readers' and writers' gids."""
+    `enclave=/;`, and on ros_discovery_info the node's name with its readers' and writers' gids,
+    in the gid layout of the distribution named by $ROS_DISTRO (Humble 24 bytes, later 16)."""
     from cyclonedds.qos import Policy
 
     from robot_bridge import ros_graph
     from robot_bridge.transport import QosProfile
 
-    a, b = pair
+    monkeypatch.setenv("ROS_DISTRO", distro)
+    a, b = make_transport("dds", node_name="graph_node"), make_transport("dds")
+    assert a.distro == distro
     pub = a.publisher("/chatter", "std_msgs/msg/String", COMMAND_QOS)
     infos: list[bytes] = []
     deep = QosProfile(reliable=True, depth=100, transient_local=True)  # keyless: depth 1 would keep one node's
-    b._reader(ros_graph.DISCOVERY_TOPIC, ros_graph.DISCOVERY_TYPE, deep, infos.append)
-    gid = lambda g: bytes(ros_graph.gid(g).data)  # noqa: E731
+    b._reader(ros_graph.DISCOVERY_TOPIC, ros_graph.DISCOVERY_TYPE, deep, infos.append, distro=distro)
+    gid = lambda g: bytes(ros_graph.gid(g, distro).data)  # noqa: E731
 
     def announced():
         for raw in infos:
-            msg = rt.deserialize(raw, ros_graph.DISCOVERY_TYPE)
+            msg = rt.deserialize(raw, ros_graph.DISCOVERY_TYPE, distro)
             if bytes(msg.gid.data) == gid(a.participant.guid):
                 node = msg.node_entities_info_seq[0]
                 if gid(pub._writer.guid) in [bytes(g.data) for g in node.writer_gid_seq]:
                     return node
         return None
 
-    assert _until(lambda: announced() is not None)
-    node = announced()
-    assert (node.node_name, node.node_namespace) == (a.node_name, "/")
-    assert gid(a.participant.guid)[:16] == a.participant.guid.bytes and gid(a.participant.guid)[16:] == bytes(8)
-    # The participant's user data (read locally: taking DCPSParticipant samples crashes this
-    # cyclonedds-python build).
-    assert a.participant.get_qos()[Policy.Userdata].data == b"enclave=/;"
+    try:
+        assert _until(lambda: announced() is not None)
+        node = announced()
+        assert (node.node_name, node.node_namespace) == ("graph_node", "/")
+        assert len(gid(a.participant.guid)) == size
+        assert gid(a.participant.guid)[:16] == a.participant.guid.bytes and gid(a.participant.guid)[16:] == bytes(size - 16)
+        # The participant's user data (read locally: taking DCPSParticipant samples crashes this
+        # cyclonedds-python build).
+        assert a.participant.get_qos()[Policy.Userdata].data == b"enclave=/;"
+    finally:
+        b.close()
+        a.close()
+
+
+def test_unknown_ros_distro_is_one_line(dds_env, monkeypatch):
+    monkeypatch.setenv("ROS_DISTRO", "noetic")
+    with pytest.raises(TransportError, match="ROS_DISTRO: unknown ROS 2 distribution 'noetic'; allowed: humble, iron"):
+        make_transport("dds")
+    monkeypatch.delenv("ROS_DISTRO")
+    t = make_transport("dds")
+    assert t.distro == "jazzy"  # the documented default
+    t.close()

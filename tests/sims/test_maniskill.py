@@ -14,7 +14,15 @@ from sims.maniskill.tasks import TASKS
 from sims.registry import make_env
 from test_sims_contract import _one_line_error
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def _no_gpu_physx() -> str | None:
+    if not torch.cuda.is_available():
+        return "needs a CUDA device"
+    from sims.maniskill.backend import physx_gpu_error
+
+    return physx_gpu_error()
+
+
+cuda = pytest.mark.skipif(_no_gpu_physx() is not None, reason=str(_no_gpu_physx()))
 
 
 def test_rgb_obs_and_render():

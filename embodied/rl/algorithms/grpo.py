@@ -13,10 +13,10 @@ import torch
 def _group_stats(x: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-member group mean, unbiased group std and group size, each float [B]."""
     groups, inverse = torch.unique(group_ids, return_inverse=True)
-    n = torch.zeros(len(groups), dtype=x.dtype).index_add_(0, inverse, torch.ones_like(x))
-    total = torch.zeros(len(groups), dtype=x.dtype).index_add_(0, inverse, x)
+    n = torch.zeros(len(groups), dtype=x.dtype, device=x.device).index_add_(0, inverse, torch.ones_like(x))
+    total = torch.zeros(len(groups), dtype=x.dtype, device=x.device).index_add_(0, inverse, x)
     mean = total / n
-    sq = torch.zeros(len(groups), dtype=x.dtype).index_add_(0, inverse, (x - mean[inverse]) ** 2)
+    sq = torch.zeros(len(groups), dtype=x.dtype, device=x.device).index_add_(0, inverse, (x - mean[inverse]) ** 2)
     std = torch.sqrt(sq / (n - 1).clamp_min(1))
     return mean[inverse], std[inverse], n[inverse]
 

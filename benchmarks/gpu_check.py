@@ -1,0 +1,389 @@
+"""`make gpu-check`: what the toolkit does on one GPU, in one run, as one table.
+
+    python benchmarks/gpu_check.py [--out runs/gpu_check/table.md] [--parts tests,env,vla,pipeline,ppo]
+                                   [--budget 450] [--baseline PATH/TO/ManiSkill/ppo.py]
+
+Parts, each in a child process under its own time limit (a part that runs out keeps the rows
+it printed so far and says so; the limits are scaled down to fit --budget seconds in all):
+  tests     every test marked `cuda` (pytest -m cuda), none may be skipped
+  env       ManiSkill physx_cuda PickCube-v1 env steps/s at 1024 and 4096 envs: our adapter
+            (sims/maniskill) against bare ManiSkill stepped in the same run
+  ppo       state PPO on PickCube-v1 with 1024 envs on the GPU: wall time to 90% eval success,
+            ours (`embodied train`, train.device=cuda) against ManiSkill's PPO baseline
+            (examples/baselines/ppo/ppo.py of the ManiSkill repository, not part of this project:
+            --baseline points at a copy; without it the row quotes the baseline's published settings)
+  vla       the flow VLA at pi0's size (policies/vla/pretrained/presets.py, random weights, bf16
+            autocast): act latency for one observation, RL step and SFT step samples/s, peak memory
+  pipeline  synchronous against pipelined rollout with the policy on the GPU
+            (benchmarks/bench_pipeline.py, train.device=cuda)
+Without a CUDA device it prints which parts it skipped and why, and exits 0. The table (markdown,
+with machine, date and commit) is printed and written to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# seconds each, before scaling to --budget; the last part also gets what the others left unused
+PARTS = {"tests": 60, "env": 65, "vla": 55, "pipeline": 30, "ppo": 260}
+MS_PARTS = ("env", "ppo")  # need mani_skill / sapien (the tests part reports its own skips)
+
+
+def row(part: str, what: str, value: str, ref: str = "", note: str = "") -> None:
+    """Print one table row for the parent process (rows survive a part's timeout)."""
+    print("ROW " + json.dumps([part, what, value, ref, note]), flush=True)
+
+
+# ---------------------------------------------------------------------------------------- parts
+def part_tests(limit: float) -> None:
+    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
+                   if "mark.cuda" in p.read_text())
+    t = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-rs", "-p", "no:cacheprovider",
+                          "--timeout", str(int(limit)), *files], cwd=ROOT, capture_output=True, text=True)
+    took = time.perf_counter() - t
+    tail = out.stdout.strip().splitlines()
+    print("\n".join(tail[-25:]), flush=True)
+    summary = tail[-1] if tail else out.stderr.strip()[-200:]
+    ok = out.returncode == 0 and "skipped" not in summary
+    row("tests", f"pytest -m cuda ({len(files)} files)", summary.strip("= "), "all pass, none skipped",
+        f"{'ok' if ok else 'FAIL'}; {took:.0f} s")
+
+
+def part_env(limit: float) -> None:
+    import torch
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_maniskill import adapter_steps_per_s, bare_steps_per_s
+
+    for n in (1024, 4096):
+        bare = bare_steps_per_s("PickCube-v1", n, 100)
+        torch.cuda.empty_cache()
+        ours = adapter_steps_per_s("ms:PickCube-v1", n, 100)
+        torch.cuda.empty_cache()
+        row("env", f"PickCube-v1 physx_cuda x{n}: env steps/s, adapter / bare", f"{ours:,.0f} / {bare:,.0f}",
+            "adapter >= 0.95x bare", f"{ours / bare:.2f}x")
+
+
+def _watch(cmd: list[str], limit: float, parse, cwd: Path) -> tuple[float | None, str]:
+    """Run cmd until parse(line) returns (success rate >= 0.9, env steps) or `limit` s pass;
+    returns (seconds to 0.9 or None, the best 'rate at steps' seen)."""
+    import queue
+    import threading
+
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stdout] and None, daemon=True).start()
+    best, best_rate, hit, tail = "none", -1.0, None, []
+    while time.perf_counter() - t0 < limit:
+        try:
+            line = lines.get(timeout=0.5)
+        except queue.Empty:
+            if proc.poll() is not None and lines.empty():
+                break
+            continue
+        tail = (tail + [line.rstrip()])[-8:]
+        got = parse(line)
+        if got is None:
+            continue
+        rate, steps = got
+        if rate > best_rate:
+            best, best_rate = f"{rate:.2f} at {steps:,} env steps ({time.perf_counter() - t0:.0f} s)", rate
+        if rate >= 0.9:
+            hit = time.perf_counter() - t0
+            break
+    os.killpg(proc.pid, 9) if proc.poll() is None else None
+    proc.wait()
+    if hit is None:
+        print("\n".join(tail), flush=True)
+    return hit, best
+
+
+# configs/ppo_ms_pickcube.yaml at ManiSkill's published PickCube settings for its ppo.py (1024 envs,
+# pd_joint_delta_pos, normalized dense reward, gamma 0.8, lambda 0.9, 8 epochs of 32 minibatches,
+# lr 3e-4 constant, clip 0.2, MSE value loss, grad norm 0.5, target KL 0.1, 3x256 tanh MLPs)
+OURS_PPO = ["env.task=ms:PickCube-v1@pd_joint_delta_pos", "env.num_envs=1024", "env.reward_mode=staged",
+            "ppo.rollout_steps=50", "ppo.epochs=8", "ppo.minibatches=32", "ppo.lr_schedule=constant",
+            "ppo.clip_high=0.2", "ppo.dual_clip=null", "ppo.value_clip=null", "ppo.value_loss=mse",
+            "ppo.max_grad_norm=0.5", "ppo.target_kl=0.1", "policy.hidden_sizes=[256,256,256]",
+            "train.device=cuda", "train.torch_threads=0", "train.total_steps=10000000", "train.eval_every=5",
+            "train.eval_episodes=64", "train.save_every=0", "train.progress=false"]
+
+
+def part_ppo(limit: float, baseline: str | None) -> None:
+    import re
+
+    half = limit / 2
+    run = ROOT / "runs" / "gpu_check_ppo"
+    config = next(iter(sorted((ROOT / "configs").rglob("ppo_ms_pickcube.yaml"))))
+    ours_cmd = [sys.executable, "-m", "embodied.cli", "train", str(config), *OURS_PPO, f"train.run_dir={run}"]
+    pat = re.compile(r"step (\d+): eval success ([0-9.]+)")
+
+    def ours(line: str):
+        m = pat.search(line)
+        return (float(m.group(2)), int(m.group(1))) if m else None
+
+    hit, best = _watch(ours_cmd, half, ours, ROOT)
+    row("ppo", "ours: s to 90% eval success (1024 envs)", f"{hit:.0f} s" if hit else f"> {half:.0f} s",
+        "", f"best {best}; incl. start-up")
+    if baseline is None or not Path(baseline).is_file():
+        row("ppo", "ManiSkill ppo.py: s to 90%", "not run", "",
+            "no copy given (--baseline); its published settings: --num_envs=1024 --update_epochs=8 "
+            "--num_minibatches=32 --total_timesteps=10M, pd_joint_delta_pos")
+        return
+    steps = {"n": 0}
+    g = re.compile(r"global_step=(\d+)")
+    e = re.compile(r"eval_success_once_mean=([0-9.]+)")
+
+    def theirs(line: str):
+        m = g.search(line)
+        if m:
+            steps["n"] = int(m.group(1))
+        m = e.search(line)
+        return (float(m.group(1)), steps["n"]) if m else None
+
+    cmd = [sys.executable, str(Path(baseline).resolve()), "--env_id=PickCube-v1", "--num_envs=1024",
+           "--update_epochs=8", "--num_minibatches=32", "--total_timesteps=10000000", "--eval_freq=5",
+           "--num_eval_envs=64", "--no-capture_video", "--no-save_model"]
+    work = ROOT / "runs" / "gpu_check_baseline"
+    work.mkdir(parents=True, exist_ok=True)
+    hit, best = _watch(cmd, half, theirs, work)
+    row("ppo", "ManiSkill ppo.py: s to 90% eval success_once (1024 envs)", f"{hit:.0f} s" if hit else f"> {half:.0f} s",
+        "", f"best {best}; its published PickCube settings; incl. start-up")
+
+
+def part_vla(limit: float) -> None:
+    import statistics
+
+    import torch
+
+    from embodied.rl.algorithms.ppo import ppo_policy_loss
+    from policies.vla.flow import FlowVLA
+    from policies.vla.pretrained.presets import PRESETS
+
+    dev = torch.device("cuda")
+    cfg = dataclasses.replace(PRESETS["pi0"](), noise_method="flow_noise")  # pi_RL's exploration
+    t = time.perf_counter()
+    with dev:
+        policy = FlowVLA(cfg)
+    n_par = sum(p.numel() for p in policy.parameters())
+    row("vla", "pi0 preset (random weights): parameters, build s", f"{n_par / 1e9:.2f} B", "",
+        f"built on the GPU in {time.perf_counter() - t:.0f} s, fp32 weights, bf16 autocast")
+    size = cfg.vision["image_size"]
+
+    def obs(b: int) -> dict:
+        return {"state": torch.randn(b, cfg.state_dim, device=dev),
+                "instruction": ["pick up the red cube and put it in the box"] * b,
+                **{f"rgb_{c}": torch.randint(0, 256, (b, size, size, 3), dtype=torch.uint8, device=dev)
+                   for c in cfg.cameras}}
+
+    def timed(fn, reps: int) -> float:
+        fn()
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            ts.append(time.perf_counter() - t)
+        return statistics.median(ts)
+
+    auto = torch.autocast("cuda", dtype=torch.bfloat16)
+    policy.eval()
+    o1 = obs(1)
+    with torch.no_grad(), auto:
+        lat = timed(lambda: policy.act(o1, deterministic=True), 5)
+    row("vla", "act latency, one observation", f"{lat * 1e3:.0f} ms", "",
+        f"{cfg.num_steps} Euler steps, chunk {cfg.chunk_size}, bf16 autocast")
+    opt = torch.optim.AdamW(policy.parameters(), lr=1e-5, fused=True)
+    for b in (16, 8, 4):
+        try:
+            ob = obs(b)
+            with torch.no_grad(), auto:
+                out = policy.act(ob)
+
+            def rl_step():
+                with auto:
+                    ev = policy.evaluate(ob, out.replay)
+                adv = torch.randn(b, device=dev)
+                # float32 log-prob arithmetic (the ratio) outside autocast
+                loss, _ = ppo_policy_loss(ev.log_prob.float(), out.log_prob.float(), adv)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+
+            def sft_step():
+                with auto:
+                    loss = policy.sft_loss(ob, out.actions[:, :, : cfg.action_dim])
+                opt.zero_grad(set_to_none=True)
+                loss.float().backward()
+                opt.step()
+
+            policy.train()
+            torch.cuda.reset_peak_memory_stats()
+            rl = timed(rl_step, 3)
+            peak_rl = torch.cuda.max_memory_allocated() / 2 ** 30
+            torch.cuda.reset_peak_memory_stats()
+            sft = timed(sft_step, 3)
+            peak_sft = torch.cuda.max_memory_allocated() / 2 ** 30
+            row("vla", f"RL step (PPO loss, full fine-tune, AdamW), batch {b}", f"{b / rl:.1f} samples/s",
+                "", f"{rl:.2f} s/step; peak {peak_rl:.1f} GiB")
+            row("vla", f"SFT step (flow loss, full fine-tune, AdamW), batch {b}", f"{b / sft:.1f} samples/s",
+                "", f"{sft:.2f} s/step; peak {peak_sft:.1f} GiB")
+            return
+        except torch.OutOfMemoryError:
+            opt.zero_grad(set_to_none=True)
+            torch.cuda.empty_cache()
+            print(f"batch {b}: out of memory", flush=True)
+    row("vla", "RL / SFT step", "out of memory at batch 4", "", "")
+
+
+def part_pipeline(limit: float) -> None:
+    out = subprocess.run([sys.executable, "benchmarks/bench_pipeline.py", "--envs", "256", "--steps", "32",
+                          "--repeats", "2", "--device", "cuda"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=limit)
+    lines = out.stdout.strip().splitlines()
+    print("\n".join(lines[-15:]) + out.stderr[-1500:], flush=True)
+    for line in lines:  # "mode  env steps/s  vs sync  cpu/wall  CPU us/step  infer s  env wait s  runs"
+        cells = line.split()
+        if cells and cells[0] in ("train.py", "sync", "pipelined"):
+            row("pipeline", f"{cells[0]}: env steps/s, policy on cuda (256 PushCube envs)", cells[1], "",
+                f"{cells[2]} of sync; runs {' '.join(cells[-2:])}")
+    if out.returncode != 0:
+        row("pipeline", "bench_pipeline.py", f"exit {out.returncode}", "", (out.stderr.strip().splitlines() or [""])[-1])
+
+
+# --------------------------------------------------------------------------------------- driver
+def machine() -> str:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            p = torch.cuda.get_device_properties(0)
+            return f"{p.name} ({p.total_memory / 2 ** 30:.0f} GiB), torch {torch.__version__}, {os.cpu_count()} CPUs"
+        return f"no CUDA device; torch {torch.__version__}, {os.cpu_count()} CPUs ({platform.processor() or platform.machine()})"
+    except ImportError:
+        return "no torch"
+
+
+def commit() -> str:
+    if os.environ.get("GPU_CHECK_COMMIT"):  # a copy of the tree without its .git (a device machine)
+        return os.environ["GPU_CHECK_COMMIT"]
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True).stdout.strip() or os.environ.get("GPU_CHECK_COMMIT", "unknown")
+    except OSError:
+        return os.environ.get("GPU_CHECK_COMMIT", "unknown")
+
+
+def skip_reason(part: str) -> str | None:
+    import importlib.util
+
+    import torch
+
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    if part in MS_PARTS:
+        for mod in ("mani_skill", "sapien"):
+            if importlib.util.find_spec(mod) is None:
+                return f"{mod} is not installed (make gpu-bundle; see docs/gpu.md)"
+    if part in ("env", "ppo"):  # physx_cuda; the tests part runs and reports its skips
+        sys.path.insert(0, str(ROOT))
+        from sims.maniskill.backend import physx_gpu_error
+
+        return physx_gpu_error()
+    return None
+
+
+def run_part(name: str, limit: float, args) -> tuple[list[list[str]], str]:
+    cmd = [sys.executable, __file__, "--part", name, "--limit", f"{limit:.0f}"]
+    if args.baseline:
+        cmd += ["--baseline", args.baseline]
+    t = time.perf_counter()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+    rows, status = [], "ok"
+    try:
+        out, _ = proc.communicate(timeout=limit + 15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        out, _ = proc.communicate()
+        status = f"timed out after {limit + 15:.0f} s"
+    for line in out.splitlines():
+        if line.startswith("ROW "):
+            rows.append(json.loads(line[4:]))
+        else:
+            print(f"  [{name}] {line}")
+    if proc.returncode not in (0, None) and status == "ok":
+        last = [ln for ln in out.splitlines() if ln.strip() and not ln.startswith("ROW ")][-1:]
+        status = f"exit {proc.returncode}: {last[0][:160] if last else ''}"
+    return rows, f"{status}; {time.perf_counter() - t:.0f} s"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="runs/gpu_check/table.md")
+    ap.add_argument("--parts", default=",".join(PARTS), help="name[:seconds],... (default limits: %s)" % PARTS)
+    ap.add_argument("--budget", type=float, default=450.0, help="seconds for all parts together")
+    ap.add_argument("--baseline", default=os.environ.get("MS_PPO_BASELINE"), help="ManiSkill's ppo.py (a copy)")
+    ap.add_argument("--part", help=argparse.SUPPRESS)
+    ap.add_argument("--limit", type=float, default=60.0, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.part:  # child: one part
+        fn = globals()[f"part_{args.part}"]
+        fn(args.limit, args.baseline) if args.part == "ppo" else fn(args.limit)
+        return 0
+    asked = dict((p.split(":") + [None])[:2] for p in args.parts.split(",") if p)  # name[:seconds]
+    parts = list(asked)
+    limits = {p: float(asked[p]) if asked[p] else PARTS.get(p, 0) for p in parts}
+    bad = sorted(set(parts) - set(PARTS))
+    if bad:
+        print(f"--parts: unknown {bad}; allowed: {', '.join(PARTS)}", file=sys.stderr)
+        return 2
+    reasons = {p: skip_reason(p) for p in parts}  # first: a skipped part's time goes to the others
+    running = [p for p in parts if reasons[p] is None]
+    scale = min(1.0, args.budget / max(sum(limits[p] for p in running), 1))
+    t0 = time.perf_counter()
+    rows, status = [], {}
+    for n, p in enumerate(parts):
+        reason = reasons[p]
+        if reason:
+            status[p] = f"skipped: {reason}"
+            print(f"gpu-check: {p} skipped: {reason}", flush=True)
+            continue
+        left = args.budget - (time.perf_counter() - t0)
+        after = sum(limits[q] * scale for q in running[running.index(p) + 1:])
+        limit = min(max(limits[p] * scale, left - after - 15), max(left - 15, 10))
+        print(f"gpu-check: {p} (limit {limit:.0f} s)", flush=True)
+        got, status[p] = run_part(p, limit, args)
+        rows += got
+    when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [f"gpu-check: {machine()}; commit {commit()}; {when}; "
+             f"`python benchmarks/gpu_check.py --parts {','.join(parts)}`; {time.perf_counter() - t0:.0f} s", "",
+             "| part | what | value | target / reference | note |", "| --- | --- | --- | --- | --- |"]
+    lines += ["| " + " | ".join(str(c).replace("|", "/") for c in r) + " |" for r in rows]
+    lines += [f"| {p} | (part) | {s} | | |" for p, s in status.items()]
+    table = "\n".join(lines)
+    print("\n" + table)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(table + "\n")
+    print(f"\ngpu-check: table written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
