@@ -113,7 +113,13 @@ class Policy(nn.Module, abc.ABC):
         cfg_file, weights = path / "config.json", path / "model.safetensors"
         if not cfg_file.is_file() or not weights.is_file():
             raise PolicyLoadError(f"{path}: not a policy directory (needs config.json and model.safetensors)")
-        meta = json.loads(cfg_file.read_text())
+        try:
+            meta = json.loads(cfg_file.read_text())
+        except (OSError, ValueError) as e:
+            raise PolicyLoadError(f"{cfg_file}: unreadable ({type(e).__name__}: {str(e).splitlines()[0]}); "
+                                  "allowed: the config.json that save_pretrained wrote") from None
+        if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
+            raise PolicyLoadError(f"{cfg_file}: not a policy config (expected {{\"policy\": ..., \"config\": {{...}}}})")
         klass = policy_class(meta.get("policy", "?"))
         if not issubclass(klass, cls):
             raise PolicyLoadError(f"{path}: holds a '{klass.name}' policy, not a {cls.__name__}")
@@ -121,12 +127,12 @@ class Policy(nn.Module, abc.ABC):
             config = klass.config_class(**{**meta["config"], **config_overrides})
         except TypeError as e:
             raise PolicyLoadError(f"{path}: config.json does not fit {klass.config_class.__name__} ({e})") from None
-        return klass.load_from(path, config, load_file(str(weights)))
+        return klass.load_from(path, config, read_weights(weights))
 
     def load_saved_weights(self, path: str | Path) -> None:
         """Load the model.safetensors of a save_pretrained directory into this (same-config)
         policy in place, e.g. to resume training; one-line error on a mismatch."""
-        load_weights(self, self.complete_state(load_file(str(Path(path) / "model.safetensors"))), str(path))
+        load_weights(self, self.complete_state(read_weights(Path(path) / "model.safetensors")), str(path))
 
     def complete_state(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Weights as saved -> weights as load_state_dict wants them (a subclass may restore
@@ -139,6 +145,17 @@ class Policy(nn.Module, abc.ABC):
         policy = cls(config)
         load_weights(policy, state, str(path))
         return policy
+
+
+def read_weights(file: str | Path) -> dict[str, torch.Tensor]:
+    """load_file with a one-line PolicyLoadError naming the file (missing, truncated or corrupt)."""
+    try:
+        return load_file(str(file))
+    except Exception as e:  # safetensors raises SafetensorError (not an OSError) on a truncated file
+        first = (str(e).splitlines() or [""])[0]
+        raise PolicyLoadError(f"{file}: unreadable weights ({type(e).__name__}: {first}); allowed: a complete "
+                              "model.safetensors as save_pretrained wrote it (copy it again or use an earlier "
+                              "checkpoint)") from None
 
 
 def load_weights(module: nn.Module, state: dict[str, torch.Tensor], where: str) -> None:
