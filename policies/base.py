@@ -90,6 +90,8 @@ class Policy(nn.Module, abc.ABC):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         meta = {"policy": self.name, "config": self.config_dict()}
+        if getattr(self, "record", None):
+            meta["trained_on"] = self.record
         (path / "config.json").write_text(json.dumps(meta, indent=2))
         save_file(self.weights_to_save(), str(path / "model.safetensors"))
         self.save_extras(path)
@@ -127,7 +129,9 @@ class Policy(nn.Module, abc.ABC):
             config = klass.config_class(**{**meta["config"], **config_overrides})
         except TypeError as e:
             raise PolicyLoadError(f"{path}: config.json does not fit {klass.config_class.__name__} ({e})") from None
-        return klass.load_from(path, config, read_weights(weights))
+        policy = klass.load_from(path, config, read_weights(weights))
+        policy.record = meta.get("trained_on") or {}
+        return policy
 
     def load_saved_weights(self, path: str | Path) -> None:
         """Load the model.safetensors of a save_pretrained directory into this (same-config)
@@ -175,3 +179,47 @@ def load_weights(module: nn.Module, state: dict[str, torch.Tensor], where: str) 
             parts.append(f"shape mismatch {k}: file {tuple(state[k].shape)} vs model {tuple(own[k].shape)}")
         raise PolicyLoadError(f"{where}: weights do not match the model ({'; '.join(parts)})")
     module.load_state_dict(state)
+
+
+def underlying_task(task: str) -> str:
+    """The simulator task behind an env name: a world model's (wm:PATH) own task, else the name."""
+    if task.startswith("wm:"):
+        try:
+            return json.loads((Path(task[3:]) / "config.json").read_text())["config"]["task"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return task
+    return task
+
+
+def check_fits(policy: "Policy", spec: Any, where: str, task: str | None = None) -> None:
+    """PolicyLoadError (one line, naming `where` and what is allowed) if the policy was trained on
+    another task than the env's (spec.task, or `task`), or reads or writes other shapes than
+    the env has. `policy.record` (config.json's "trained_on": task, obs_keys, action_dim) is
+    what training recorded; a policy saved before records existed is checked on shapes only."""
+    rec = getattr(policy, "record", None) or {}
+    env_task = underlying_task(task or spec.task)
+    if rec.get("task") and underlying_task(rec["task"]) != env_task:
+        raise PolicyLoadError(f"{where}: trained on task {underlying_task(rec['task'])!r}, not {env_task!r}; "
+                              f"allowed: {underlying_task(rec['task'])!r} (or a policy trained on {env_task!r})")
+    cfg = policy.config
+    a = getattr(cfg, "action_dim", None)
+    if a is not None and a != spec.action_dim:
+        raise PolicyLoadError(f"{where}: writes {a}-dim actions; the env {spec.task!r} takes {spec.action_dim}")
+    if hasattr(cfg, "obs_dim"):  # a state MLP: its input is one vector
+        key = getattr(cfg, "obs_key", None) or rec.get("obs_keys", ["privileged"])[0]
+        have = {"privileged": spec.privileged_dim, "state": spec.state_dim}.get(key)
+        if have is not None and have != cfg.obs_dim:
+            raise PolicyLoadError(f"{where}: reads a {cfg.obs_dim}-dim '{key}' observation; the env {spec.task!r} "
+                                  f"gives {have}")
+    cams = getattr(cfg, "cameras", None)
+    if cams:
+        missing = [c for c in cams if c not in tuple(spec.cameras)]
+        if missing:
+            raise PolicyLoadError(f"{where}: reads cameras {list(cams)}; the env {spec.task!r} renders "
+                                  f"{list(spec.cameras) or 'none (state only)'}; allowed: env.obs_mode=rgb "
+                                  f"env.cameras=[{','.join(cams)}]")
+    s = getattr(cfg, "state_dim", None)
+    if s is not None and cams is not None:  # a VLA: the first state_dim entries, or state_indices
+        need = max(getattr(cfg, "state_indices", None) or [s - 1]) + 1
+        if need > spec.state_dim:
+            raise PolicyLoadError(f"{where}: reads {need} state entries; the env {spec.task!r} gives {spec.state_dim}")
