@@ -143,10 +143,10 @@ def success_comparison(episodes: int, checkpoint: str | None) -> dict:
     import subprocess
     import tempfile
 
-    from embodied.checkpoint import resolve_checkpoint
+    from embodied.run.checkpoint import resolve_checkpoint
     from embodied.config import load_config
-    from embodied.evaluate import evaluate
-    from embodied.train import eval_seeds, train
+    from embodied.eval.evaluate import evaluate
+    from embodied.rl.train import eval_seeds, train
     from policies.base import Policy
     from sims.registry import make_env
 

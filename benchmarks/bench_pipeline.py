@@ -61,8 +61,8 @@ from embodied.config import load_config
 from embodied.distributed.backend import LocalBackend
 from embodied.distributed.loop import build_roles
 from embodied.distributed.placement import preset
-from embodied.rollout import RolloutCollector
-from embodied.train import build_env
+from embodied.rl.rollout import RolloutCollector
+from embodied.rl.train import build_env
 from policies.registry import build_policy
 
 

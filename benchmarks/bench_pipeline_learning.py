@@ -43,7 +43,7 @@ def run_one(config: str, mode: str, seed: int, k: int, steps: int, extra: list[s
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from embodied.config import load_config
-    from embodied.train import train
+    from embodied.rl.train import train
 
     path = out / f"{mode}_s{seed}.json"
     if path.exists():

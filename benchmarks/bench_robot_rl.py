@@ -128,7 +128,7 @@ def verdicts(args: argparse.Namespace) -> int:
         iv = [sum(r["interventions"] for r in eps[i:i + 25]) for i in (0, max(len(eps) - 25, 0))]
         # the operator's steps until the twin's success (the held frames after a missed one make no progress,
         # so the takeover rule acts on them too); from the recordings, one per progress line
-        from embodied.dataset import read_episodes
+        from embodied.data.dataset import read_episodes
 
         run_dir = Path(d) / "run" if (Path(d) / "run").is_dir() else Path(d)
         acting = [int(ep["intervened"][:r["steps"] if r["twin_success_step"] is None else r["twin_success_step"] + 1]

@@ -95,7 +95,7 @@ def learn(task: str, policy_name: str, episodes: int, minutes: float, eval_episo
           lr: float = 1e-3, chunk_size: int = 4, noise_std: float = 0.3, label_sigma: float = 0.0) -> dict:
     """SFT on expert demos of `task` for a wall-clock budget (demo collection, training and
     the final evaluation all count); success in the simulator over eval_episodes seeds."""
-    from embodied.sft import SFTConfig, build_policy, train_sft
+    from embodied.imitation.sft import SFTConfig, build_policy, train_sft
     from sims.registry import make_env
     from test_vla_demos import build_expert_demos
 

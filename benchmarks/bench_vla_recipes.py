@@ -28,11 +28,11 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from embodied.collect import collect_demos  # noqa: E402
+from embodied.data.collect import collect_demos  # noqa: E402
 from embodied.config import load_config  # noqa: E402
-from embodied.lerobot import LeRobotDataset  # noqa: E402
-from embodied.sft import build_policy, load_sft_config, train_sft  # noqa: E402
-from embodied.train import train  # noqa: E402
+from embodied.data.lerobot import LeRobotDataset  # noqa: E402
+from embodied.imitation.sft import build_policy, load_sft_config, train_sft  # noqa: E402
+from embodied.rl.train import train  # noqa: E402
 
 CONFIGS = ROOT / "configs"
 RECIPES = {  # name -> (few-shot SFT config, RL config)

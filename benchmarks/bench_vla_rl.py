@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from embodied.algorithms import ppo_policy_loss  # noqa: E402
+from embodied.rl.algorithms import ppo_policy_loss  # noqa: E402
 from policies.vla.autoregressive import ARVLA  # noqa: E402
 from policies.vla.config import ARVLAConfig, FlowVLAConfig  # noqa: E402
 from policies.vla.flow import FlowVLA  # noqa: E402

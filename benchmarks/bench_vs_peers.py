@@ -3,7 +3,7 @@
 Every framework trains on the same MujocoVecEnv (128 envs, privileged state, dense reward) for
 32 steps per env per iteration, with a 256x256 tanh actor and critic. After every --eval-every
 iterations (default 5, about 20k env steps) the clock is paused and the deterministic policy
-runs one episode on each of 64 fixed seeds (embodied.train.eval_seeds) of a separate 64-env
+runs one episode on each of 64 fixed seeds (embodied.rl.train.eval_seeds) of a separate 64-env
 copy; a run stops at the first evaluation with success >= 0.9, or at its caps. Wall time counts
 collect + update only. Runs are sequential, torch uses one thread, the env --env-threads physics
 threads (default: all cores).
@@ -42,10 +42,10 @@ import torch  # noqa: E402
 from benchmarks.peer_adapters import (RslRlEvalPolicy, Sb3EvalPolicy, make_rsl_rl_vecenv,  # noqa: E402
                                       make_sb3_vecenv)
 from embodied.config import load_config  # noqa: E402
-from embodied.evaluate import evaluate  # noqa: E402
-from embodied.learner import PPOLearner  # noqa: E402
-from embodied.rollout import RolloutCollector  # noqa: E402
-from embodied.train import build_env, eval_seeds  # noqa: E402
+from embodied.eval.evaluate import evaluate  # noqa: E402
+from embodied.rl.learner import PPOLearner  # noqa: E402
+from embodied.rl.rollout import RolloutCollector  # noqa: E402
+from embodied.rl.train import build_env, eval_seeds  # noqa: E402
 from policies.registry import build_policy  # noqa: E402
 from sims.registry import make_env  # noqa: E402
 
@@ -85,7 +85,7 @@ class RunResult:
 
 
 def run_ours(task: str, seed: int, settings: dict[str, Any]) -> tuple[Callable, Callable, int, Callable]:
-    """Our recipe, driven by a loop mirroring embodied/train.py."""
+    """Our recipe, driven by a loop mirroring embodied/rl/train.py."""
     overrides = [f"env.task={task}", f"env.num_envs={NUM_ENVS}", f"env.num_threads={ENV_THREADS}",
                  f"ppo.rollout_steps={ROLLOUT}", f"train.seed={seed}"] + [f"{k}={v}" for k, v in settings.items()]
     recipe = ROOT / "configs" / f"ppo_{task.lower()}.yaml"  # ppo_pushcube.yaml, ppo_pickcube.yaml

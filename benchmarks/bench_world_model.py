@@ -4,7 +4,7 @@ rank: every checkpoint given (or every checkpoint of the run directories given) 
 same initial states in the simulator and in the world model: the simulator's resets for
 evaluation seeds 1_000_000 + i, copied into the model with WorldModelVecEnv.reset_to. The
 deterministic policy's success rates are compared: Spearman, Pearson and MMRV
-(embodied/stats.py), with 95% bootstrap intervals that resample the seeds (the same
+(embodied/eval/stats.py), with 95% bootstrap intervals that resample the seeds (the same
 resample for every checkpoint, in both environments).
 
   python benchmarks/bench_world_model.py rank --wm runs/wm --task PushCube --seeds 128 \\
@@ -53,7 +53,7 @@ from wm_episodes import checkpoints_of, load_policy, probe_in_wm, sim_starts, su
 
 def agreement(sim: np.ndarray, wm: np.ndarray, reps: int = 2000, seed: int = 0) -> dict:
     """sim, wm: bool [C, N] (checkpoint x seed). Point values and 95% bootstrap intervals over seeds."""
-    from embodied.stats import mmrv, pearson, spearman
+    from embodied.eval.stats import mmrv, pearson, spearman
 
     def stats(s, w):
         a, b = s.mean(1), w.mean(1)
@@ -77,7 +77,7 @@ def agreement(sim: np.ndarray, wm: np.ndarray, reps: int = 2000, seed: int = 0) 
 def by_run(rows: list[dict], reps: int = 2000, seed: int = 0) -> dict:
     """Agreement over all rows and over each run's rows, with 95% intervals from resampling
     the checkpoints (the spread over which policies were picked; agreement() resamples seeds)."""
-    from embodied.stats import mmrv, pearson, spearman
+    from embodied.eval.stats import mmrv, pearson, spearman
 
     runs = sorted({r["checkpoint"].split("/")[0] for r in rows})
     out = {}
@@ -98,7 +98,7 @@ def by_run(rows: list[dict], reps: int = 2000, seed: int = 0) -> dict:
 
 
 def cmd_rank(args: argparse.Namespace) -> dict:
-    from embodied.train import eval_seeds
+    from embodied.rl.train import eval_seeds
 
     seeds = eval_seeds(args.seeds)
     starts, instr = sim_starts(args.task, seeds)
@@ -150,7 +150,7 @@ def thresholds(rank: dict, ts: list[float]) -> dict:
 
 
 def cmd_transfer(args: argparse.Namespace) -> dict:
-    from embodied.train import build_algorithm, config_from_checkpoint, eval_seeds
+    from embodied.rl.train import build_algorithm, config_from_checkpoint, eval_seeds
     from sims.world_model.env import WorldModelVecEnv
 
     torch.set_num_threads(1)

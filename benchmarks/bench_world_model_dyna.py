@@ -38,7 +38,7 @@ def save_as_checkpoint(policy, start: Path, out: Path) -> Path:
 
 def continue_model(wm: str, data: list[str], epochs: int, minutes: float, out: Path) -> tuple[str, dict]:
     from sims.world_model.checkpoint import load_world_model, save_world_model
-    from sims.world_model.train import train_world_model
+    from embodied.world_model.train import train_world_model
 
     cfg = load_world_model(wm)[0].cfg
     cfg = replace(cfg, dataset=",".join(data), init_from=wm, epochs=epochs, patience=epochs,
@@ -65,8 +65,8 @@ def main() -> None:
     p.add_argument("--out", required=True)
     args = p.parse_args()
 
-    from embodied.collect_policy import collect_policy_rollouts
-    from embodied.train import build_algorithm, config_from_checkpoint, eval_seeds
+    from embodied.data.collect_policy import collect_policy_rollouts
+    from embodied.rl.train import build_algorithm, config_from_checkpoint, eval_seeds
     from sims.world_model.checkpoint import load_world_model
     from sims.world_model.env import WorldModelVecEnv
 

@@ -1,5 +1,5 @@
 """How well a PushCube state model's noise matches its one-step error (issue 22): the
-constant residual_std against the learned noise head (sims/world_model/noise.py).
+constant residual_std against the learned noise head (embodied/world_model/noise.py).
 
 On the model's held-out episodes (teacher forced: the members' mean step from each recorded
 state under its recorded action), steps are grouped by what the cube is doing: at rest (under
@@ -26,8 +26,8 @@ STILL, NEAR, FAST = 0.005, 0.06, 0.05  # m/s, m, m/s
 def main() -> None:
     from sims.mujoco.tasks.base import CUBE_LAYOUT as L
     from sims.world_model.checkpoint import load_world_model
-    from sims.world_model.noise import gaussian_nll, one_step_errors
-    from sims.world_model.train import heldout_episodes
+    from embodied.world_model.noise import gaussian_nll, one_step_errors
+    from embodied.world_model.train import heldout_episodes
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--wm", required=True, help="a PushCube state-latent checkpoint")

@@ -64,10 +64,10 @@ def main() -> None:
     args = p.parse_args()
 
     from bench_world_model_dyna import continue_model
-    from embodied.checkpoint import save_checkpoint
-    from embodied.collect_policy import collect_policy_rollouts
+    from embodied.run.checkpoint import save_checkpoint
+    from embodied.data.collect_policy import collect_policy_rollouts
     from embodied.config import load_config, to_dict
-    from embodied.train import build_algorithm, eval_seeds
+    from embodied.rl.train import build_algorithm, eval_seeds
     from policies.registry import build_policy
     from sims.world_model.checkpoint import load_world_model
     from sims.world_model.env import WorldModelVecEnv

@@ -45,8 +45,8 @@ def _same(name: str, a: np.ndarray, b: np.ndarray, tol: float = 0.0) -> float:
 # ---------------------------------------------------------------- our side (.venv)
 
 def write_ours(work: Path) -> None:
-    from embodied.collect import collect_demos
-    from embodied.dataset import read_episodes
+    from embodied.data.collect import collect_demos
+    from embodied.data.dataset import read_episodes
 
     out = work / "ours"
     collect_demos("ReachColor", 4, out, seed=0, obs_mode="rgb", image_size=32, num_envs=4,
@@ -64,8 +64,8 @@ def write_ours(work: Path) -> None:
 def read_lerobot(work: Path) -> None:
     import torch
 
-    from embodied.dataset import read_episodes, read_meta
-    from embodied.lerobot import LeRobotDataset
+    from embodied.data.dataset import read_episodes, read_meta
+    from embodied.data.lerobot import LeRobotDataset
 
     root = work / "lerobot"
     ref = np.load(work / "lerobot.npz")
@@ -89,7 +89,7 @@ def read_lerobot(work: Path) -> None:
     print(f"read-lerobot: {meta['total_episodes']} episodes, {len(tasks)} frames: state, action, tasks exact; "
           f"frames max |ours - LeRobot's decoding| = {d_dec:.0f} levels, max |ours - recorded| = {d_src:.0f} "
           f"(AV1 is lossy); subset episodes=[3] ok")
-    from embodied.sft import SFTConfig, build_policy, train_sft
+    from embodied.imitation.sft import SFTConfig, build_policy, train_sft
 
     cfg = SFTConfig(policy="flow_vla", preset="tiny", dataset=str(root), cameras=["top"], image_size=32,
                     chunk_size=2, steps=3, batch_size=4, warmup_steps=1, eval_every=0, eval_episodes=0,

@@ -6,7 +6,7 @@ info["TimeLimit.truncated"], from which its PPO bootstraps); rsl_rl needs an rsl
 (TensorDict observations, extras["time_outs"]). Both see the privileged state only. Our env
 resets finished envs inside step(), which is what both peers expect of a vectorised env.
 
-For evaluation with embodied.evaluate, each peer's deterministic actor is wrapped as an object
+For evaluation with embodied.eval.evaluate, each peer's deterministic actor is wrapped as an object
 with act(obs, deterministic) -> ActOutput.
 """
 
@@ -126,7 +126,7 @@ def make_rsl_rl_vecenv(env: Any, seed: int):
 
 
 class RslRlEvalPolicy:
-    """rsl_rl's actor for embodied.evaluate: deterministic actions are the Gaussian mean."""
+    """rsl_rl's actor for embodied.eval.evaluate: deterministic actions are the Gaussian mean."""
 
     def __init__(self, actor: torch.nn.Module):
         self.actor = actor

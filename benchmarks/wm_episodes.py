@@ -49,7 +49,7 @@ def success_in_sim(policy, task: str, seeds: list[int], batch: int = 64, obs_kw:
                    deterministic: bool = True) -> np.ndarray:
     """Success [N] of one episode per seed (deterministic, or sampled from a stream seeded by the
     seeds); obs_kw: make_env's observation kwargs."""
-    from embodied.evaluate import evaluate
+    from embodied.eval.evaluate import evaluate
     from sims.registry import make_env
 
     env = make_env(task, min(batch, len(seeds)), **(obs_kw or {}))
@@ -76,7 +76,7 @@ def success_in_wm(policy, wm: str, starts: torch.Tensor, instructions: list[str]
 
 @torch.no_grad()
 def _wm_episodes(policy, wm, starts, instructions, batch, reward_mode, images, obs_kw, deterministic):
-    from embodied.rollout import env_step
+    from embodied.rl.rollout import env_step
     from sims.world_model.env import WorldModelVecEnv
 
     B = min(batch, len(starts))
@@ -111,7 +111,7 @@ def probe_in_wm(policy, wm: str, starts: torch.Tensor, instructions: list[str], 
     """(highest success probability within the task's horizon [N], within `horizon` [N]) of one
     deterministic episode from each start, in the model with success threshold `threshold` and
     horizon `horizon`; an env counts its first episode only."""
-    from embodied.rollout import env_step
+    from embodied.rl.rollout import env_step
     from sims.world_model.env import WorldModelVecEnv
 
     B = min(batch, len(starts))

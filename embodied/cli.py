@@ -31,7 +31,7 @@ def _find_config(name: str) -> Path:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from embodied.config import load_config
-    from embodied.train import config_from_checkpoint, train
+    from embodied.rl.train import config_from_checkpoint, train
 
     if args.resume:
         cfg = config_from_checkpoint(args.resume, args.overrides)
@@ -48,9 +48,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from embodied.checkpoint import resolve_checkpoint
-    from embodied.evaluate import evaluate
-    from embodied.train import build_env, config_from_checkpoint, eval_seeds
+    from embodied.run.checkpoint import resolve_checkpoint
+    from embodied.eval.evaluate import evaluate
+    from embodied.rl.train import build_env, config_from_checkpoint, eval_seeds
     from policies.base import Policy
 
     ckpt = resolve_checkpoint(args.checkpoint)
@@ -68,11 +68,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
-    from embodied.collect import collect_demos
+    from embodied.data.collect import collect_demos
 
     cameras = [c.strip() for c in args.cameras.split(",")] if args.cameras is not None else None
     if args.policy:
-        from embodied.collect_policy import collect_policy_rollouts
+        from embodied.data.collect_policy import collect_policy_rollouts
         from sims.vecenv import EnvError
 
         if args.noise:
@@ -93,7 +93,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
-    from embodied.sft import cmd_sft as run
+    from embodied.imitation.sft import cmd_sft as run
 
     return run(args)
 
@@ -111,19 +111,19 @@ def cmd_robot_sim(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from embodied.serve import run
+    from embodied.deploy.serve import run
 
     return run(args)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from embodied.report import cmd_report as run  # numpy only; matplotlib for the plots
+    from embodied.eval.report import cmd_report as run  # numpy only; matplotlib for the plots
 
     return run(args)
 
 
 def cmd_sim2real(args: argparse.Namespace) -> int:
-    from embodied.sim2real import cmd_sim2real as run
+    from embodied.eval.sim2real import cmd_sim2real as run
 
     return run(args)
 
@@ -190,7 +190,7 @@ def parser() -> argparse.ArgumentParser:
     sv.set_defaults(fn=cmd_serve)
     # sft and pipeline: their modules import torch, so their parsers live here.
     sf = sub.add_parser("sft", help="supervised fine-tuning of a VLA on a LeRobot dataset")
-    sf.add_argument("config", help="SFT YAML config (fields of embodied.sft.SFTConfig)")
+    sf.add_argument("config", help="SFT YAML config (fields of embodied.imitation.sft.SFTConfig)")
     sf.add_argument("overrides", nargs="*", help="key=value overrides, e.g. steps=500")
     sf.set_defaults(fn=cmd_sft)
     pl = sub.add_parser("pipeline", help="collect demos, SFT a VLA, finetune it with RL, evaluate")
@@ -235,7 +235,7 @@ def parser() -> argparse.ArgumentParser:
 
     rw = sub.add_parser("reward", help="train a success classifier for on-robot RL (docs/robot_rl.md)")
     reward_arguments(rw)
-    from sims.world_model.cli import world_model_arguments  # argparse only
+    from embodied.world_model.cli import world_model_arguments  # argparse only
 
     wm = sub.add_parser("world-model", help="train or evaluate a learned world model (docs/world_model.md)")
     world_model_arguments(wm)
@@ -246,10 +246,10 @@ def parser() -> argparse.ArgumentParser:
 
 # Errors a handler reports as "embodied CMD: error: ..." with exit status 2 (module, class).
 USER_ERRORS = (("embodied.config", "ConfigError"), ("sims.vecenv", "EnvError"),
-               ("policies.base", "PolicyLoadError"), ("embodied.checkpoint", "CheckpointError"),
-               ("embodied.dataset", "DatasetError"), ("embodied.report", "ReportError"),
-               ("embodied.stats", "StatsError"),
-               ("embodied.sim2real_robot", "Sim2RealError"))
+               ("policies.base", "PolicyLoadError"), ("embodied.run.checkpoint", "CheckpointError"),
+               ("embodied.data.dataset", "DatasetError"), ("embodied.eval.report", "ReportError"),
+               ("embodied.eval.stats", "StatsError"),
+               ("embodied.eval.sim2real_robot", "Sim2RealError"))
 
 
 def _user_errors() -> tuple[type, ...]:

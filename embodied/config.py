@@ -124,7 +124,7 @@ class TrainConfig:
     save_every: int = 10  # iterations
     torch_threads: int = 0  # 0 = leave torch's default
     progress: bool = True
-    # Roles (docs/distributed.md): null/null keeps the single-process loop of embodied/train.py;
+    # Roles (docs/distributed.md): null/null keeps the single-process loop of embodied/rl/train.py;
     # setting either runs env workers, rollout and learner as roles (backend null means local).
     backend: Literal["local", "ray"] | None = None
     placement: str | dict[str, Any] | None = None  # a preset name, or {preset, env, rollout, learner, stages, address}

@@ -4,8 +4,8 @@ a video and a PNG of the success curve.
 
 A pipeline YAML has four sections:
     run_dir: runs/demo
-    collect: {task, episodes, seed, image_size, cameras, noise, expert_speed}   (embodied.collect)
-    sft:     fields of embodied.sft.SFTConfig
+    collect: {task, episodes, seed, image_size, cameras, noise, expert_speed}   (embodied.data.collect)
+    sft:     fields of embodied.imitation.sft.SFTConfig
     rl:      an ExperimentConfig (env / policy / ppo / grpo / train sections)
 The pipeline owns the paths that connect the stages: the dataset is written to
 <run_dir>/data, SFT runs in <run_dir>/sft, RL starts from <run_dir>/sft/final and runs in
@@ -36,7 +36,7 @@ class CollectStage:
     image_size: int = 64
     cameras: list[str] = field(default_factory=lambda: ["front"])
     noise: float = 0.0  # DART noise on the executed expert actions
-    expert_speed: float = 1.0  # < 1: a slower demonstrator (its motion scaled; embodied.collect)
+    expert_speed: float = 1.0  # < 1: a slower demonstrator (its motion scaled; embodied.data.collect)
 
 
 OWNED = {"sft": ("dataset", "run_dir"), "rl.policy": ("init_from",), "rl.train": ("run_dir",)}
@@ -47,7 +47,7 @@ def load_pipeline(path: str | Path, overrides: list[str] = ()) -> tuple[Path, Co
     import yaml
 
     from embodied.config import _set_dotted
-    from embodied.sft import SFTConfig
+    from embodied.imitation.sft import SFTConfig
 
     path = Path(path)
     if not path.is_file():
@@ -103,10 +103,10 @@ def plot_success(curve: list[tuple[int, float]], sft_success: float, out: Path, 
 
 
 def run_pipeline(run_dir: Path, collect: CollectStage, sft_cfg: Any, rl_cfg: Any) -> dict[str, Any]:
-    from embodied.collect import collect_demos
-    from embodied.lerobot import LeRobotDataset
-    from embodied.sft import build_policy, train_sft
-    from embodied.train import train
+    from embodied.data.collect import collect_demos
+    from embodied.data.lerobot import LeRobotDataset
+    from embodied.imitation.sft import build_policy, train_sft
+    from embodied.rl.train import train
 
     t0 = time.time()
     run_dir.mkdir(parents=True, exist_ok=True)

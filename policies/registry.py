@@ -29,7 +29,7 @@ def policy_class(name: str) -> type[Policy]:
 
 
 def build_mlp(cfg: Any, spec: Any) -> MLPActorCritic:
-    """A fresh MLP, or with cfg.init_from the save_pretrained MLP there (e.g. embodied.bc's
+    """A fresh MLP, or with cfg.init_from the save_pretrained MLP there (e.g. embodied.imitation.bc's
     behaviour cloning), whose own config then replaces hidden_sizes, activation and the rest."""
     obs_dim = spec.privileged_dim if cfg.obs_key == "privileged" else spec.state_dim
     if cfg.init_from:

@@ -1,4 +1,4 @@
-"""Recording into our episode dataset format (embodied.dataset.EpisodeWriter, what `embodied
+"""Recording into our episode dataset format (embodied.data.dataset.EpisodeWriter, what `embodied
 collect` writes).
 
 `RecordingEnv` wraps a VecEnv with B = 1 (RobotEnv, or a simulator) and hands each episode to
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from embodied.dataset import EpisodeWriter
+from embodied.data.dataset import EpisodeWriter
 from robot_bridge import ros_types as rt
 from sims.vecenv import EnvError, Obs, Seed, StepResult, VecEnv
 

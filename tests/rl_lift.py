@@ -19,11 +19,11 @@ from typing import Callable
 
 import torch
 
-from embodied.collect import collect_demos
-from embodied.lerobot import LeRobotDataset
+from embodied.data.collect import collect_demos
+from embodied.data.lerobot import LeRobotDataset
 from embodied.pipeline import load_pipeline
-from embodied.sft import build_policy, train_sft
-from embodied.train import train
+from embodied.imitation.sft import build_policy, train_sft
+from embodied.rl.train import train
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from embodied.algorithms import action_level_gae, gae, ppo_policy_loss, value_loss
+from embodied.rl.algorithms import action_level_gae, gae, ppo_policy_loss, value_loss
 
 GAMMA, LAM = 0.9, 0.8
 R = torch.tensor([[1.0], [0.0], [2.0]])  # [T=3, B=1]
@@ -167,7 +167,7 @@ def test_value_loss_clipped_takes_max():
 # --- reward scaling by the running std of the discounted return (ppo.normalize_rewards) ---
 
 def test_return_scaler_divides_by_the_std_of_every_running_return():
-    from embodied.learner import ReturnScaler
+    from embodied.rl.learner import ReturnScaler
 
     gamma = 0.5
     r = torch.tensor([[1.0, 2.0], [3.0, 0.0], [1.0, 4.0]])  # [T=3, B=2]
@@ -182,7 +182,7 @@ def test_return_scaler_divides_by_the_std_of_every_running_return():
 
 
 def test_return_scaler_skips_invalid_substeps_and_clips():
-    from embodied.learner import ReturnScaler
+    from embodied.rl.learner import ReturnScaler
 
     scaler = ReturnScaler(gamma=1.0, clip=1.5)
     r = torch.tensor([[[1.0, 5.0]], [[-1.0, 0.0]]])  # [T=2, B=1, n=2]
@@ -195,7 +195,7 @@ def test_return_scaler_skips_invalid_substeps_and_clips():
 
 
 def test_return_scaler_state_round_trips():
-    from embodied.learner import ReturnScaler
+    from embodied.rl.learner import ReturnScaler
 
     a, b = ReturnScaler(0.9), ReturnScaler(0.9)
     r, valid, done = torch.randn(4, 3, 1), torch.ones(4, 3, 1, dtype=torch.bool), torch.zeros(4, 3, dtype=torch.bool)

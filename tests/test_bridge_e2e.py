@@ -22,9 +22,9 @@ EPISODES = 10
 
 @pytest.fixture(scope="module")
 def reach_checkpoint(tmp_path_factory):
-    from embodied.checkpoint import resolve_checkpoint
+    from embodied.run.checkpoint import resolve_checkpoint
     from embodied.config import load_config
-    from embodied.train import train
+    from embodied.rl.train import train
 
     run_dir = tmp_path_factory.mktemp("reach_run")
     train(load_config(ROOT / "configs" / "ppo_reach.yaml",
@@ -52,9 +52,9 @@ def _stop(proc: subprocess.Popen) -> None:
 def test_served_policy_matches_simulation(reach_checkpoint, dds_env, tmp_path):
     import torch
 
-    from embodied.dataset import read_episodes, read_meta
-    from embodied.evaluate import evaluate
-    from embodied.train import eval_seeds
+    from embodied.data.dataset import read_episodes, read_meta
+    from embodied.eval.evaluate import evaluate
+    from embodied.rl.train import eval_seeds
     from policies.base import Policy
     from sims.registry import make_env
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from embodied.dataset import read_episodes, read_meta
+from embodied.data.dataset import read_episodes, read_meta
 from robot_bridge import ros_types as rt
 from robot_bridge.recorder import BagTopics, RecordingEnv, ingest_rosbag
 from sims.registry import expert_for, make_env

@@ -185,7 +185,7 @@ def test_estop_stops_commands_within_one_period(dds_env):
 
 
 def test_killed_robot_node_gives_one_line_error_and_keeps_episodes(dds_env, tmp_path):
-    from embodied.dataset import read_meta
+    from embodied.data.dataset import read_meta
     from robot_bridge.recorder import RecordingEnv
 
     proc = subprocess.Popen([sys.executable, "-m", "robot_bridge.sim_node", "Reach", "--transport", "dds",

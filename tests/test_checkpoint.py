@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from embodied.checkpoint import CheckpointError, flatten_state, load_checkpoint, save_checkpoint, unflatten_state
+from embodied.run.checkpoint import CheckpointError, flatten_state, load_checkpoint, save_checkpoint, unflatten_state
 from embodied.config import PolicyConfig
 from policies.registry import build_policy
 from sims.vecenv import EnvSpec

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from embodied.collect import collect_demos
-from embodied.dataset import DatasetError, read_episodes, read_meta
+from embodied.data.collect import collect_demos
+from embodied.data.dataset import DatasetError, read_episodes, read_meta
 from sims.vecenv import EnvError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -123,7 +123,7 @@ def test_truncated_video_is_clear_error(tmp_path):
 
 
 def test_chunked_torch_dataset(tmp_path):
-    from embodied.lerobot import LeRobotDataset
+    from embodied.data.lerobot import LeRobotDataset
 
     root = tmp_path / "d"
     collect_demos("PushCube", 2, root, obs_mode="rgb", image_size=32, num_envs=2)
@@ -212,7 +212,7 @@ def test_dataset_video_encoding_is_repeatable(tmp_path):
     """The same frames encode to the same bytes, call after call, so that a collection (and the
     SFT trained on it) can be rebuilt bit for bit. With x264's macroblock-tree rate control on,
     these noisy moving frames gave a different file in about 1 of 10 encodings."""
-    from embodied.video import write_mp4
+    from embodied.eval.video import write_mp4
 
     rng = np.random.default_rng(0)
     x = np.linspace(0.0, 1.0, 64)

@@ -18,9 +18,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from embodied.dataset import DatasetError, EpisodeWriter, read_episodes, read_meta
-from embodied.lerobot import LeRobotDataset
-from embodied.video import write_mp4
+from embodied.data.dataset import DatasetError, EpisodeWriter, read_episodes, read_meta
+from embodied.data.lerobot import LeRobotDataset
+from embodied.eval.video import write_mp4
 
 ROOT = Path(__file__).resolve().parent.parent
 FPS = 15

@@ -12,10 +12,10 @@ from embodied.config import load_config
 from embodied.distributed.data_parallel import DataParallel, grpo_shard, shard_rows, shard_trajectory
 from embodied.distributed.loop import free_port
 from embodied.distributed.roles import LearnerWorker, build_role_policy
-from embodied.episodes import GroupCollector
-from embodied.learner import PPOLearner
-from embodied.rollout import RolloutCollector
-from embodied.train import build_env
+from embodied.rl.episodes import GroupCollector
+from embodied.rl.learner import PPOLearner
+from embodied.rl.rollout import RolloutCollector
+from embodied.rl.train import build_env
 
 # One minibatch and no per-minibatch advantage normalisation: the loss is a plain mean over the
 # batch, so the mean of the two halves' gradients is the whole batch's (data_parallel.py).

@@ -10,11 +10,11 @@ import time
 import pytest
 import torch
 
-import embodied.train
+import embodied.rl.train
 from embodied.cli import main
 from embodied.config import load_config
 from embodied.distributed.backend import make_backend
-from embodied.distributed.episodes import GroupedCollector
+from embodied.distributed.sharded_episodes import GroupedCollector
 from embodied.distributed.loop import build_roles, train_roles
 from embodied.distributed.placement import placement_from_dict, preset
 from test_distributed_train import TINY as TINY_CLI
@@ -131,7 +131,7 @@ def test_embodied_train_on_ray_resumes_on_local_exactly(tmp_path, capsys, monkey
     backend, and both run the same schedule). A checkpoint every 2 iterations drains the
     overlap, so batches are 0 and 1 versions stale in turn; each role's busy time, measured
     inside it, goes to TensorBoard with idle = wall - busy >= 0."""
-    end_iteration, old, killed = embodied.train.end_iteration, learner_pids(), []
+    end_iteration, old, killed = embodied.rl.train.end_iteration, learner_pids(), []
 
     def end_and_kill(cfg, it, *args):
         out = end_iteration(cfg, it, *args)
@@ -141,7 +141,7 @@ def test_embodied_train_on_ray_resumes_on_local_exactly(tmp_path, capsys, monkey
             kill_and_wait(killed[0])
         return out
 
-    monkeypatch.setattr(embodied.train, "end_iteration", end_and_kill)
+    monkeypatch.setattr(embodied.rl.train, "end_iteration", end_and_kill)
     run = tmp_path / "ray"
     assert main([*STALE_CLI, "train.total_steps=256", "train.backend=ray", f"train.run_dir={run}"]) == 0
     monkeypatch.undo()

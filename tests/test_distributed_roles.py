@@ -14,9 +14,9 @@ from embodied.distributed.loop import build_roles, free_port, train_roles
 from embodied.distributed.placement import (PlacementError, check_address, check_fits, placement_from_dict,
                                             preset)
 from embodied.distributed.roles import build_role_policy
-from embodied.episodes import GroupCollector
-from embodied.rollout import RolloutCollector
-from embodied.train import build_env
+from embodied.rl.episodes import GroupCollector
+from embodied.rl.rollout import RolloutCollector
+from embodied.rl.train import build_env
 from policies.base import ActOutput
 
 TINY = ["env.task=PushCube", "env.num_envs=8", "ppo.rollout_steps=8", "ppo.minibatches=2", "ppo.epochs=1",
@@ -126,7 +126,7 @@ def test_stale_schedule_recomputes_the_log_probs_by_default():
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_sharded_collector_matches_the_single_process_collector(workers):
-    """One shard, synchronous: the same trajectory and episode stats as embodied/rollout.py's
+    """One shard, synchronous: the same trajectory and episode stats as embodied/rl/rollout.py's
     RolloutCollector with the same policy, seeds and RNG stream (60 steps: every env finishes
     an episode of at most 50). Two shards: the same first episodes."""
     cfg = load_config(None, ["env.task=PushCube", "env.num_envs=4", "ppo.rollout_steps=60",
@@ -171,7 +171,7 @@ def roles_batch(cfg, place, seed: int):
 
 def test_grouped_collector_matches_the_single_process_one():
     """GRPO over 3 env workers of 3, 3 and 2 envs, groups of 4 (both groups span two workers):
-    every env's episode is the one embodied/episodes.py's GroupCollector collects with the same
+    every env's episode is the one embodied/rl/episodes.py's GroupCollector collects with the same
     policy, group seeds and RNG stream; a group's envs start from one state."""
     cfg = load_config(None, ["env.task=ReachPoint", "env.num_envs=8", "train.algorithm=grpo", "grpo.group_size=4",
                              "policy.hidden_sizes=[32,32]", "env.num_threads=1"])

@@ -17,7 +17,7 @@ from embodied.cli import main
 from embodied.config import load_config
 from embodied.distributed.loop import free_port, train_roles
 from embodied.distributed.placement import preset
-from embodied.train import train
+from embodied.rl.train import train
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["env.task=PushCube", "env.num_envs=8", "ppo.rollout_steps=8", "ppo.minibatches=2", "ppo.epochs=1",

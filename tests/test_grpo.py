@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from embodied.algorithms import grpo_advantages, grpo_keep_mask
+from embodied.rl.algorithms import grpo_advantages, grpo_keep_mask
 
 
 def test_group_normalised_advantages():

@@ -9,7 +9,7 @@ over 64 fixed seeds that training never saw.
 import pytest
 
 from embodied.config import load_config
-from embodied.train import train
+from embodied.rl.train import train
 
 pytestmark = pytest.mark.slow
 

@@ -1,5 +1,5 @@
 """The SFT -> RL path that LIBERO's state policies take (docs/libero.md, "RL on LIBERO"):
-behaviour cloning of the MLP Gaussian policy (embodied/bc.py) on an `embodied collect`
+behaviour cloning of the MLP Gaussian policy (embodied/imitation/bc.py) on an `embodied collect`
 dataset, PPO's policy built from it (policy.name=mlp policy.init_from=DIR), and the
 "@sampled" task suffix the demonstrations are collected with. No LIBERO worker starts here: the
 dataset is a MuJoCo task's (the BC code reads any dataset), the suffix is parsed only."""
@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from embodied.bc import behaviour_clone, load_pairs, main as bc_main
-from embodied.collect import collect_demos
+from embodied.imitation.bc import behaviour_clone, load_pairs, main as bc_main
+from embodied.data.collect import collect_demos
 from embodied.config import PolicyConfig
 from policies.base import PolicyLoadError
 from policies.registry import build_policy
@@ -60,5 +60,5 @@ def test_bc_on_collected_demos_then_ppo_policy_starts_from_it(tmp_path):
     with pytest.raises(PolicyLoadError, match=r"^policy.init_from: .* reads privileged \[\d+\] and acts \[4\]; "
                                               r"the env gives state \[9\] and takes \[4\]$"):
         build_policy(PolicyConfig(name="mlp", obs_key="state", init_from=str(out)), spec)
-    with pytest.raises(SystemExit, match=r"^embodied.bc: "):
+    with pytest.raises(SystemExit, match=r"^embodied.imitation.bc: "):
         bc_main([str(tmp_path / "empty"), "--out", str(tmp_path / "x")])

@@ -1,4 +1,4 @@
-"""LIBERO's evaluation protocol (sims/libero/protocol.py) and collect's LIBERO cameras: the report
+"""LIBERO's evaluation protocol (embodied/eval/libero_protocol.py) and collect's LIBERO cameras: the report
 folder from episodes (no worker), the input checks of `embodied sim2real --task libero:...`, and
 the scripted expert through the protocol on one init state (needs .venv-libero)."""
 
@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from embodied.collect import _check
-from embodied.report import load_results
-from embodied.sim2real import sim2real
-from embodied.sim2real_robot import Sim2RealError
+from embodied.data.collect import _check
+from embodied.eval.report import load_results
+from embodied.eval.sim2real import sim2real
+from embodied.eval.sim2real_robot import Sim2RealError
 from sims.libero.proc import libero_python
-from sims.libero.protocol import mean_over_tasks, run_episodes, run_source, tasks_of, write_folder
+from embodied.eval.libero_protocol import mean_over_tasks, run_episodes, run_source, tasks_of, write_folder
 from sims.vecenv import EnvError
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from embodied.collect import collect_demos
-from embodied.dataset_read import read_episodes
+from embodied.data.collect import collect_demos
+from embodied.data.read import read_episodes
 from sims.maniskill.tasks import TASKS
 from sims.registry import make_env
 from test_sims_contract import _one_line_error

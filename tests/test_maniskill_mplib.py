@@ -11,8 +11,8 @@ import pytest
 import torch
 from scipy.spatial.transform import Rotation
 
-from embodied.collect import collect_demos
-from embodied.dataset import read_episodes
+from embodied.data.collect import collect_demos
+from embodied.data.dataset import read_episodes
 from sims.maniskill import planner as planner_mod
 from sims.maniskill.expert import state_layout
 from sims.maniskill.mplib_expert import DT, GAIN, JOINT_STEP

@@ -13,8 +13,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from embodied.config import PPOConfig
-from embodied.learner import PPOLearner
-from embodied.rollout import RolloutCollector
+from embodied.rl.learner import PPOLearner
+from embodied.rl.rollout import RolloutCollector
 from pretrained_ckpt_oft import ACTION, CHUNK, IMAGE, STATE, OFTReference, write_base, write_oft
 from policies.vla.pretrained import PretrainedError, detect_format, load_pretrained
 from policies.vla.pretrained.oft_policy import OFTVLA
@@ -225,7 +225,7 @@ def test_embodied_train_runs_a_converted_oft(ckpt, tmp_path):
     loop runs PPO on it (the Gaussian around the L1 mean), evaluates and saves; a
     flow- or AR-only knob is refused in one line."""
     from embodied.config import load_config
-    from embodied.train import train
+    from embodied.rl.train import train
     from policies.base import PolicyLoadError
     from policies.registry import build_policy
 

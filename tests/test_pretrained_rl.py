@@ -15,9 +15,9 @@ import torch
 import yaml
 
 from embodied.config import PPOConfig, load_config
-from embodied.episodes import GroupCollector
-from embodied.learner import GRPOLearner, PPOLearner
-from embodied.rollout import RolloutCollector
+from embodied.rl.episodes import GroupCollector
+from embodied.rl.learner import GRPOLearner, PPOLearner
+from embodied.rl.rollout import RolloutCollector
 from pretrained_ckpt import IMAGE, Pi05Reference, Pi0Reference, write_lerobot_pi0, write_lerobot_pi05, write_tokenizer
 from policies.base import Policy
 from policies.vla.lora import LoRALinear, apply_lora, merge_lora, trainable_summary

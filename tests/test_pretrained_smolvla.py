@@ -11,8 +11,8 @@ import torch
 import yaml
 
 from embodied.config import PPOConfig
-from embodied.learner import PPOLearner
-from embodied.rollout import RolloutCollector
+from embodied.rl.learner import PPOLearner
+from embodied.rl.rollout import RolloutCollector
 from pretrained_ckpt import ACTION, CHUNK, PAD, STATE
 from pretrained_ckpt_smolvla import SMOL_IMAGE, SmolVLAReference, write_lerobot_smolvla
 from policies.base import Policy

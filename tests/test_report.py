@@ -1,4 +1,4 @@
-"""embodied/report.py and `embodied report DIR`: a synthetic results.json of 5 checkpoints x 10
+"""embodied/eval/report.py and `embodied report DIR`: a synthetic results.json of 5 checkpoints x 10
 conditions x 2 tasks x 100 trials (known success rates) is rendered, and the report's numbers
 are checked against counts taken straight from the episodes."""
 
@@ -11,9 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-from embodied import stats
+from embodied.eval import stats
 from embodied.cli import main
-from embodied.report import ReportError, load_results, validate, write_report, write_results
+from embodied.eval.report import ReportError, load_results, validate, write_report, write_results
 
 CHECKPOINTS = [f"ckpt_{i}" for i in range(5)]
 QUALITY = [0.2, 0.4, 0.55, 0.7, 0.85]  # nominal success rate of each checkpoint
@@ -218,7 +218,7 @@ def test_html_page_mirrors_the_markdown(report_dir, tmp_path):
 
     import numpy as np
 
-    from embodied.video import write_mp4
+    from embodied.eval.video import write_mp4
 
     class Page(HTMLParser):
         def __init__(self):

@@ -45,7 +45,7 @@ def recorded(tmp_path_factory):
 
 
 def test_recordings_keep_the_success_frame_and_rl_ignores_it(recorded):
-    from embodied.dataset import read_episodes
+    from embodied.data.dataset import read_episodes
 
     eps = list(read_episodes(recorded / "online"))
     rows = [json.loads(line) for line in (recorded / "progress.jsonl").read_text().splitlines()]
@@ -161,7 +161,7 @@ def test_the_actor_asks_the_classifier_instead_of_the_success_topic(recorded, tm
 def test_the_in_process_actor_ends_training_episodes_on_the_classifier(recorded, tmp_path):
     """sim: with robot.success: classifier: every recorded frame after a step is the classifier's
     verdict, the run's lines carry the twin's own success, evaluation keeps the twin's."""
-    from embodied.dataset import read_episodes
+    from embodied.data.dataset import read_episodes
     from embodied.robot_rl.actor import Actor
     from embodied.robot_rl.reward import RewardTrainConfig, train_classifier
 

@@ -141,7 +141,7 @@ def test_learner_killed_actor_goes_on_and_a_new_learner_resumes(world):
     # the new learner's buffer holds every recorded transition once: those it read from disk (a
     # truncated episode's last step has no next observation there) and those streamed to it
     # (which have it), no duplicate
-    from embodied.dataset import read_episodes
+    from embodied.data.dataset import read_episodes
 
     recorded, _ = dataset_transitions(run / "online", "privileged")
     truncated = sum(not bool(e["success"].any()) for e in read_episodes(run / "online"))
@@ -153,7 +153,7 @@ def test_learner_killed_actor_goes_on_and_a_new_learner_resumes(world):
 
 
 def test_estop_ends_the_run_cleanly_and_nothing_is_sent_after(world):
-    from embodied.dataset import read_meta
+    from embodied.data.dataset import read_meta
 
     run, checker = world["run"], world["checker"]
     proc = world["start"]("all", "actor.episodes=1000")
@@ -173,7 +173,7 @@ def test_estop_ends_the_run_cleanly_and_nothing_is_sent_after(world):
 
 
 def test_twin_killed_gives_one_line_and_the_episodes_stay(world):
-    from embodied.dataset import read_episodes
+    from embodied.data.dataset import read_episodes
 
     run = world["run"]
     proc = world["start"]("all", "actor.episodes=1000")

@@ -105,7 +105,7 @@ def test_actor_ends_an_episode_on_a_label(tmp_path):
     actor, (first, second, third) = _labelled_episodes(cfg, run, ["success", "failure", "reset"])
     assert (first["success"], first["steps"]) == (True, 1) and (second["success"], second["steps"]) == (False, 1)
     assert (third["success"], third["steps"], third["label"], second["label"]) == (False, 1, "reset", "failure")
-    from embodied.dataset import read_episodes
+    from embodied.data.dataset import read_episodes
 
     eps = list(read_episodes(run / "online"))
     assert eps[0]["success"].tolist() == [True, True]  # the labelled step and its kept frame
@@ -115,7 +115,7 @@ def test_actor_ends_an_episode_on_a_label(tmp_path):
 
 
 def test_frames_past_a_success_are_recorded_as_positives_and_not_streamed(tmp_path):
-    from embodied.dataset import read_episodes
+    from embodied.data.dataset import read_episodes
     from embodied.robot_rl.reward import episode_frames
 
     robot = {"task": "Reach", "privileged_topic": "/privileged", "privileged_dim": 15}

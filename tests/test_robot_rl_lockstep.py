@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from embodied.robot_rl.config import load_finetune_config
-from embodied.robot_rl.learner import Learner, prepare
+from embodied.robot_rl.learner_process import Learner, prepare
 from embodied.robot_rl.link import ActorLink, to_wire
 
 ROOT = Path(__file__).resolve().parent.parent

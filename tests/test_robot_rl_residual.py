@@ -107,7 +107,7 @@ def test_finetune_robot_runs_a_residual_and_the_learner_rebuilds_it(vla_dir, tmp
     """Actor and learner processes, lockstep, 3 training episodes: the residual's weights reach
     the actor; every recorded action is within the bound of its base action; the learner reads
     the recordings back as residual transitions."""
-    from embodied.robot_rl.learner import prepare
+    from embodied.robot_rl.learner_process import prepare
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     cfg = yaml.safe_load((ROOT / "configs" / "finetune_reach_residual.yaml").read_text())
@@ -126,7 +126,7 @@ def test_finetune_robot_runs_a_residual_and_the_learner_rebuilds_it(vla_dir, tmp
     assert [x["version"] for x in rows if x["kind"] == "eval"][0] == 0
     assert rows[-1]["version"] > 0  # weights of a trained residual reached the actor
 
-    from embodied.dataset import read_episodes
+    from embodied.data.dataset import read_episodes
 
     for ep in read_episodes(tmp_path / "run" / "online"):
         acted = ~ep["success"].bool() | (ep["action"].abs().sum(-1) > 0)  # not the kept success frame
@@ -138,7 +138,7 @@ def test_finetune_robot_runs_a_residual_and_the_learner_rebuilds_it(vla_dir, tmp
 
 
 def test_successes_as_demos_put_a_successful_episode_into_the_demo_buffer(vla_dir, tmp_path):
-    from embodied.robot_rl.learner import Learner
+    from embodied.robot_rl.learner_process import Learner
 
     cfg = config_from_dict({"run_dir": str(tmp_path / "run"), "residual": {"base": str(vla_dir)},
                             "robot": {"task": "Reach", "privileged_topic": "/privileged", "privileged_dim": 15},

@@ -1,4 +1,4 @@
-"""SAC math (embodied/algorithms/sac.py) against hand-computed numbers, the agent's update,
+"""SAC math (embodied/rl/algorithms/sac.py) against hand-computed numbers, the agent's update,
 and the replay's 50/50 batches."""
 
 import math
@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from embodied.algorithms import sac
+from embodied.rl.algorithms import sac
 from embodied.robot_rl.agent import SACAgent, SACConfig
 from embodied.robot_rl.replay import Replay, episode_transitions, mixed_batch
 

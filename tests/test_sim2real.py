@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from embodied.cli import main
-from embodied.report import PROTOCOL_KEYS
+from embodied.eval.report import PROTOCOL_KEYS
 
 ROOT = Path(__file__).resolve().parent.parent
 TRIALS = 12
@@ -20,7 +20,7 @@ TRIALS = 12
 def reach_run(tmp_path_factory):
     """A Reach run of 4 PPO iterations of 32 envs, a checkpoint after each: some successes, not all."""
     from embodied.config import load_config
-    from embodied.train import train
+    from embodied.rl.train import train
 
     run_dir = tmp_path_factory.mktemp("reach_run")
     train(load_config(ROOT / "configs" / "ppo_reach.yaml",
@@ -201,7 +201,7 @@ def test_maniskill_checkpoint_sweeps_its_knobs(tmp_path, capsys):
     """A ManiSkill checkpoint sweeps the knobs ManiSkill supports (mass: per env on physx_cpu);
     a knob it lacks, or the MuJoCo twin, is a one-line error before anything runs."""
     from embodied.config import load_config
-    from embodied.train import train
+    from embodied.rl.train import train
 
     run_dir = tmp_path / "ms_run"  # one PPO iteration: an untrained policy is enough here
     train(load_config(ROOT / "configs" / "ppo_ms_pushcube.yaml",

@@ -1,4 +1,4 @@
-"""embodied/stats.py against hand-computed numbers, published values, invariances, a
+"""embodied/eval/stats.py against hand-computed numbers, published values, invariances, a
 simulated coverage check and (where it installs: the dev extra) rliable's implementation."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from embodied import stats
-from embodied.stats import StatsError
+from embodied.eval import stats
+from embodied.eval.stats import StatsError
 
 
 # ---------------------------------------------------------------------------- Wilson, Newcombe

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 from embodied.cli import main
 from embodied.config import load_config
-from embodied.train import train
+from embodied.rl.train import train
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["env.task=PushCube", "env.num_envs=16", "ppo.rollout_steps=16", "ppo.minibatches=2", "ppo.epochs=2",
@@ -114,7 +114,7 @@ def test_sampling_evaluation_repeats_and_leaves_the_callers_stream():
     """evaluate(deterministic=False) samples from a generator seeded by the seeds, forked: the
     same policy and seeds give the same episodes, other seeds other draws, and the caller's
     torch stream goes on as if no evaluation had run. train.eval_deterministic=false uses it."""
-    from embodied.evaluate import evaluate
+    from embodied.eval.evaluate import evaluate
     from policies.mlp import MLPActorCritic, MLPConfig
     from sims.registry import make_env
 

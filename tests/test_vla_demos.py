@@ -100,7 +100,7 @@ def test_expert_demos_layout():
 
 
 def test_sft_time_budget_stops_training_and_ends_the_cosine(tmp_path):
-    from embodied.sft import SFTConfig, build_policy, lr_lambda, train_sft
+    from embodied.imitation.sft import SFTConfig, build_policy, lr_lambda, train_sft
 
     ds = build_expert_demos("Reach", episodes=2, chunk_size=4, num_envs=2, image_size=32)
     cfg = SFTConfig(steps=10**6, max_minutes=0.05, warmup_steps=2, eval_every=0, save_every=0, image_size=32,
@@ -111,7 +111,7 @@ def test_sft_time_budget_stops_training_and_ends_the_cosine(tmp_path):
     assert f(5) == pytest.approx(cfg.min_lr_ratio)  # the clock's end is the cosine's end
     assert lr_lambda(cfg, lambda: 0.0)(2) == pytest.approx(1.0)
     from embodied.config import ConfigError
-    from embodied.sft import load_sft_config
+    from embodied.imitation.sft import load_sft_config
 
     src = tmp_path / "sft.yaml"
     src.write_text("policy: flow_vla\n")

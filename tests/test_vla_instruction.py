@@ -2,7 +2,7 @@
 
 The MuJoCo tasks have one goal per scene, so this test uses synthetic items with the
 LeRobotDataset layout: random images and states, and "move the gripper up" / "... down"
-with a +z / -z demonstrated chunk. After SFT (through embodied.sft.train_sft, which also
+with a +z / -z demonstrated chunk. After SFT (through embodied.imitation.sft.train_sft, which also
 writes an atomic checkpoint), swapping the instruction on the same observation must swap
 the sign of the z action.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from embodied.sft import SFTConfig, train_sft
+from embodied.imitation.sft import SFTConfig, train_sft
 from policies.base import Policy
 from policies.vla.autoregressive import ARVLA
 from policies.vla.config import ARVLAConfig, FlowVLAConfig

@@ -16,8 +16,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from embodied.evaluate import evaluate
-from embodied.sft import SFTConfig, build_policy, train_sft
+from embodied.eval.evaluate import evaluate
+from embodied.imitation.sft import SFTConfig, build_policy, train_sft
 from sims.registry import make_env
 from test_vla_demos import build_expert_demos
 

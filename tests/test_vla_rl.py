@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from embodied.config import ConfigError, GRPOConfig, PPOConfig, load_config
-from embodied.episodes import GroupCollector
-from embodied.learner import GRPOLearner, PPOLearner, advantages_at_level, at_level
-from embodied.rollout import RolloutCollector
+from embodied.rl.episodes import GroupCollector
+from embodied.rl.learner import GRPOLearner, PPOLearner, advantages_at_level, at_level
+from embodied.rl.rollout import RolloutCollector
 from policies.mlp import MLPActorCritic, MLPConfig
 from policies.vla.autoregressive import ARVLA
 from policies.vla.config import ARVLAConfig, FlowVLAConfig
@@ -315,7 +315,7 @@ def test_every_shipped_config_loads():
     from pathlib import Path
 
     from embodied.pipeline import load_pipeline
-    from embodied.sft import load_sft_config
+    from embodied.imitation.sft import load_sft_config
 
     configs = sorted((Path(__file__).resolve().parent.parent / "configs").glob("*.yaml"))
     assert len(configs) >= 10

@@ -15,9 +15,9 @@ from sims.registry import expert_for, make_env
 from sims.vecenv import EnvError
 from sims.world_model.checkpoint import load_world_model, save_world_model
 from sims.world_model.env import WorldModelVecEnv
-from sims.world_model.evaluate import kstep_errors, report
+from embodied.world_model.quality import kstep_errors, report
 from sims.world_model.model import WorldModelConfig
-from sims.world_model.train import heldout_episodes, train_world_model
+from embodied.world_model.train import heldout_episodes, train_world_model
 
 SMALL = dict(hidden=64, latent=32, horizon_k=4, epochs=30, patience=5, batch_size=128)
 
@@ -25,7 +25,7 @@ SMALL = dict(hidden=64, latent=32, horizon_k=4, epochs=30, patience=5, batch_siz
 @pytest.fixture(scope="module")
 def trained(build_once):
     """(checkpoint, the contract checkpoint without uncertainty truncation, dataset)."""
-    from embodied.collect import collect_demos
+    from embodied.data.collect import collect_demos
 
     data = build_once("wm_pushcube_30", lambda p: collect_demos("PushCube", 30, p, seed=0))
 
@@ -250,7 +250,7 @@ def _one_line(fn, *words):
 
 
 def test_bad_input(trained, tmp_path):
-    from embodied.dataset import EpisodeWriter
+    from embodied.data.dataset import EpisodeWriter
 
     path, _, data = trained
     _one_line(lambda: make_env(f"wm:{path}", 2, obs_mode="rgb"), "obs_mode", "state")

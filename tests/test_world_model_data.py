@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from embodied.collect import collect_demos
-from embodied.dataset import EpisodeWriter, read_episodes, read_meta
+from embodied.data.collect import collect_demos
+from embodied.data.dataset import EpisodeWriter, read_episodes, read_meta
 from sims.registry import expert_for, make_env
 from sims.vecenv import EnvError
-from sims.world_model.data import load_episodes
+from embodied.world_model.windows import load_episodes
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,7 +53,7 @@ def test_noisy_dataset_without_executed_action_is_refused(tmp_path):
 
 def _fresh_checkpoint(root):
     """A checkpoint of `embodied train`'s layout holding an untrained Reach MLP."""
-    from embodied.checkpoint import save_checkpoint
+    from embodied.run.checkpoint import save_checkpoint
     from embodied.config import load_config, to_dict
     from policies.registry import build_mlp
 

@@ -15,9 +15,9 @@ import torch
 from sims.registry import make_env
 from sims.vecenv import EnvError
 from sims.world_model.checkpoint import load_world_model, save_world_model
-from sims.world_model.evaluate import kstep_errors
+from embodied.world_model.quality import kstep_errors
 from sims.world_model.model import WorldModelConfig
-from sims.world_model.train import heldout_episodes, train_world_model
+from embodied.world_model.train import heldout_episodes, train_world_model
 
 SMALL = dict(hidden=64, latent=32, channels=8, horizon_k=4, epochs=15, patience=100, batch_size=64, lr=3e-3)
 
@@ -25,7 +25,7 @@ SMALL = dict(hidden=64, latent=32, channels=8, horizon_k=4, epochs=15, patience=
 @pytest.fixture(scope="module")
 def image_model(build_once):
     """(checkpoint, the contract checkpoint without uncertainty truncation, dataset)."""
-    from embodied.collect import collect_demos
+    from embodied.data.collect import collect_demos
 
     data = build_once("wm_pushcube_rgb_16", lambda p: collect_demos(
         "PushCube", 16, p, seed=0, obs_mode="rgb", image_size=32, cameras=("front",), noise=0.3))
@@ -100,8 +100,8 @@ def test_pixel_policy_trains_in_the_model(image_model):
     """The tiny flow VLA reads rgb_front from the model as from the simulator: a rollout and a
     PPO update with Flow-Noise, no change to the policy or the learner."""
     from embodied.config import PPOConfig
-    from embodied.learner import PPOLearner
-    from embodied.rollout import RolloutCollector
+    from embodied.rl.learner import PPOLearner
+    from embodied.rl.rollout import RolloutCollector
     from policies.vla.config import FlowVLAConfig
     from policies.vla.flow import FlowVLA
 

@@ -1,7 +1,7 @@
 """model_noise (sims/world_model/env.py): Gaussian noise of a multiple of the checkpoint's
 one-step error std added to every step's next latent, from the env's seeded stream. The
 contract suite with it on, the noise's size against residual_std, and one-line errors; the
-learned noise head (sims/world_model/noise.py): its likelihood, its fit, the noise it sets."""
+learned noise head (embodied/world_model/noise.py): its likelihood, its fit, the noise it sets."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from sims.registry import make_env
 from sims.world_model.checkpoint import load_world_model, save_world_model
 from sims.world_model.env import WorldModelVecEnv
 from sims.world_model.model import NOISE_FACTOR_RANGE, WorldModelConfig
-from sims.world_model.noise import gaussian_nll, one_step_errors
+from embodied.world_model.noise import gaussian_nll, one_step_errors
 from sims.world_model.rollout import encode_raw
-from sims.world_model.train import heldout_episodes, train_world_model
+from embodied.world_model.train import heldout_episodes, train_world_model
 from test_world_model import SMALL, _one_line, trained  # noqa: F401  (trained: the fixture)
 
 
@@ -100,7 +100,7 @@ def test_bad_input(trained, tmp_path):  # noqa: F811
     make_env(f"wm:{old}", 2).close()  # without noise it still serves
 
 
-# -- the noise head (sims/world_model/noise.py) ---------------------------------------------------
+# -- the noise head (embodied/world_model/noise.py) ---------------------------------------------------
 
 
 @pytest.fixture(scope="module")

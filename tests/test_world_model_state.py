@@ -9,16 +9,16 @@ import torch
 
 from sims.registry import make_env
 from sims.world_model.checkpoint import load_world_model, save_world_model
-from sims.world_model.evaluate import kstep_errors
+from embodied.world_model.quality import kstep_errors
 from sims.world_model.model import WorldModelConfig
-from sims.world_model.train import heldout_episodes, train_world_model
+from embodied.world_model.train import heldout_episodes, train_world_model
 from test_world_model import SMALL, _one_line
 
 
 
 @pytest.fixture(scope="module")
 def data(build_once):
-    from embodied.collect import collect_demos
+    from embodied.data.collect import collect_demos
 
     return build_once("wm_pushcube_30", lambda p: collect_demos("PushCube", 30, p, seed=0))
 

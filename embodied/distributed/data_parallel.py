@@ -2,7 +2,7 @@
 env dimension, gradients averaged over ranks after every backward pass (gloo on CPU, NCCL on
 GPU), so that every rank takes the same optimiser step.
 
-The learner (embodied/learner.py) is unchanged: DataParallel hooks each parameter's gradient
+The learner (embodied/rl/learner.py) is unchanged: DataParallel hooks each parameter's gradient
 (`register_post_accumulate_grad_hook`), so the all-reduce happens inside its backward, before
 gradient clipping, and the adaptive learning rate follows the KL averaged over ranks. The update equals the single-process one on the whole batch (within float
 error) when each minibatch loss is a mean over samples and the ranks hold equal shares:
@@ -29,9 +29,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from embodied.algorithms.grpo import grpo_keep_mask
-from embodied.distributed.collect import take_envs
-from embodied.trajectory import Trajectory
+from embodied.rl.algorithms.grpo import grpo_keep_mask
+from embodied.distributed.sharded_rollout import take_envs
+from embodied.rl.trajectory import Trajectory
 
 
 def shard_rows(n: int, rank: int, world_size: int) -> slice:

@@ -21,11 +21,11 @@ import torch
 
 from embodied.config import ExperimentConfig, with_stale_defaults
 from embodied.distributed.backend import make_backend
-from embodied.distributed.collect import ShardedCollector
-from embodied.distributed.episodes import GroupedCollector
+from embodied.distributed.sharded_rollout import ShardedCollector
+from embodied.distributed.sharded_episodes import GroupedCollector
 from embodied.distributed.placement import Placement, PlacementError
 from embodied.distributed.roles import EnvWorker, LearnerWorker, RolloutWorker
-from embodied.logger import Logger
+from embodied.run.logger import Logger
 
 
 def shard_sizes(num_envs: int, shards: int) -> list[int]:

@@ -104,7 +104,7 @@ class EnvWorker(Role):
     Resets are seeded per env as the full batch's would be (env i gets seed + i)."""
 
     def __init__(self, env_cfg: EnvConfig, start: int, num_envs: int, threads: int = 1):
-        from embodied.train import build_env  # late: train imports the whole stack
+        from embodied.rl.train import build_env  # late: train imports the whole stack
 
         self.start, self.num_envs = start, num_envs
         self.env = build_env(dataclasses.replace(env_cfg, num_threads=threads), num_envs)
@@ -127,7 +127,7 @@ class EnvWorker(Role):
     @busy
     def step(self, actions: torch.Tensor) -> ChunkStepResult:
         """actions float32 [n, K, A] -> this shard's ChunkStepResult ([n, K] rewards / flags)."""
-        from embodied.rollout import env_step
+        from embodied.rl.rollout import env_step
 
         return env_step(self.env, actions)
 
@@ -200,7 +200,7 @@ class LearnerWorker(Role):
 
     def __init__(self, cfg: ExperimentConfig, spec: EnvSpec, seed: int, threads: int = 1,
                  rank: int = 0, world_size: int = 1, master: str = "127.0.0.1:29500"):
-        from embodied.learner import GRPOLearner, PPOLearner
+        from embodied.rl.learner import GRPOLearner, PPOLearner
 
         torch.set_num_threads(threads)
         self.policy = build_role_policy(cfg, spec, seed)

@@ -1,4 +1,4 @@
-"""`embodied train` through roles: embodied/train.py's loop (collect, update, log, evaluate,
+"""`embodied train` through roles: embodied/rl/train.py's loop (collect, update, log, evaluate,
 checkpoint, exact resume) with the collection and the update done by the env workers, the
 rollout role and the learner(s) of embodied/distributed/, on `train.backend` (local or ray) and
 `train.placement`. train.py calls `train_with_roles` when either is set; otherwise nothing here
@@ -39,14 +39,14 @@ from typing import Any
 
 import torch
 
-from embodied.checkpoint import CheckpointError, load_checkpoint
+from embodied.run.checkpoint import CheckpointError, load_checkpoint
 from embodied.config import ExperimentConfig, with_stale_defaults
 from embodied.distributed.backend import make_backend
 from embodied.distributed.loop import build_roles, make_learners, role_times
 from embodied.distributed.placement import Placement, placement_from_dict
 from embodied.distributed.roles import build_role_policy
-from embodied.evaluate import EvalResult, evaluate
-from embodied.logger import Logger
+from embodied.eval.evaluate import EvalResult, evaluate
+from embodied.run.logger import Logger
 
 
 class LearnerLostError(CheckpointError):
@@ -112,9 +112,9 @@ def lost_learner(error: BaseException, restarted: int, budget: int, ckpt: Path |
 
 
 def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, Any]:
-    """embodied/train.py's train() for a config with train.backend / train.placement set: the
+    """embodied/rl/train.py's train() for a config with train.backend / train.placement set: the
     same summary, checkpoints, TensorBoard sections and evaluation."""
-    from embodied.train import build_env, end_iteration, eval_seeds  # late: train.py imports this module lazily too
+    from embodied.rl.train import build_env, end_iteration, eval_seeds  # late: train.py imports this module lazily too
 
     tc = cfg.train
     cfg = with_stale_defaults(cfg, tc.max_staleness)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from embodied.dataset import EpisodeWriter
+from embodied.data.dataset import EpisodeWriter
 from embodied.robot_rl.config import FinetuneConfig
 from embodied.robot_rl.data import load_policy
 from embodied.robot_rl.labels import Labels

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from embodied.algorithms import sac
+from embodied.rl.algorithms import sac
 from embodied.robot_rl.augment import random_shift
 from embodied.robot_rl.networks import EnsembleCritic, TanhGaussianActor
 

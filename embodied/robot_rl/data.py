@@ -1,5 +1,5 @@
 """What the finetuning run keeps on disk: the policy weights it acts with, and its episodes
-(LeRobot v3, embodied/dataset.py) turned back into transitions.
+(LeRobot v3, embodied/data/dataset.py) turned back into transitions.
 
   run_dir/policy.safetensors   the actor network's weights; metadata: version, obs_dim, action_dim, hidden,
                                image (the camera frame's H, W, or null)
@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from embodied.dataset import read_episodes, read_meta
-from embodied.dataset_layout import DatasetError
+from embodied.data.dataset import read_episodes, read_meta
+from embodied.data.layout import DatasetError
 from embodied.robot_rl.networks import TanhGaussianActor
 from embodied.robot_rl.replay import chunk_transitions, episode_transitions
 from embodied.robot_rl.residual import residual_of

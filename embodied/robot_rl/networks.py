@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from embodied.algorithms.sac import tanh_log_prob
+from embodied.rl.algorithms.sac import tanh_log_prob
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 

@@ -28,8 +28,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from embodied.dataset import read_episodes
-from embodied.dataset_layout import DatasetError
+from embodied.data.dataset import read_episodes
+from embodied.data.layout import DatasetError
 
 
 class RewardError(ValueError):
@@ -89,7 +89,7 @@ class SuccessNet(nn.Module):
 # ---------------------------------------------------------------------------- metrics
 def auroc(scores: np.ndarray, labels: np.ndarray) -> float:
     """Area under the ROC curve (rank statistic, ties counted half); nan with one class only."""
-    from embodied.stats import rankdata
+    from embodied.eval.stats import rankdata
 
     pos = labels.astype(bool)
     n_pos, n_neg = int(pos.sum()), int((~pos).sum())

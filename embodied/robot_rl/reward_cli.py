@@ -27,7 +27,7 @@ def reward_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_reward_train(args: argparse.Namespace) -> int:
     import torch
 
-    from embodied.dataset_layout import DatasetError
+    from embodied.data.layout import DatasetError
     from embodied.robot_rl.reward import RewardError, RewardTrainConfig, train_classifier
 
     torch.set_num_threads(1)

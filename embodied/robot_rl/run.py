@@ -18,7 +18,7 @@ ROLES = ("all", "actor", "learner", "init")
 
 
 def _learner_main(cfg) -> None:
-    from embodied.robot_rl.learner import run_learner
+    from embodied.robot_rl.learner_process import run_learner
 
     run_learner(cfg)
 
@@ -27,7 +27,7 @@ def cmd_finetune_robot(args: argparse.Namespace) -> int:
     import torch
 
     from embodied.robot_rl.config import FinetuneConfigError, load_finetune_config
-    from embodied.robot_rl.learner import prepare
+    from embodied.robot_rl.learner_process import prepare
     from sims.vecenv import EnvError
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -84,7 +84,7 @@ def cmd_finetune_robot(args: argparse.Namespace) -> int:
 
 
 def _run_learner(cfg) -> str:
-    from embodied.robot_rl.learner import run_learner
+    from embodied.robot_rl.learner_process import run_learner
 
     return run_learner(cfg)
 

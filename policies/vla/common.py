@@ -32,7 +32,7 @@ class Stats(nn.Module):
 
     def set(self, mean: Any, std: Any, min_std: float = MIN_STD) -> None:
         """mean / std [D]; std is clamped to min_std (a released checkpoint's exact centre and
-        scale are set with min_std=0: policies/vla/pretrained/stats.py)."""
+        scale are set with min_std=0: policies/vla/pretrained/norm_stats.py)."""
         mean, std = torch.as_tensor(mean, dtype=torch.float32), torch.as_tensor(std, dtype=torch.float32)
         if mean.shape != self.mean.shape or std.shape != self.std.shape:
             raise ValueError(f"stats: expected mean/std of shape {tuple(self.mean.shape)}, "

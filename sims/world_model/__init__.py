@@ -2,8 +2,7 @@
 
 model.py: the network (encoder, ensemble of latent dynamics members, decoder, heads);
 vision.py: with cameras, the conv encoder of the frames and the decoder back to them;
-data.py: LeRobot v3 episodes into k-step training windows; train.py: the multi-step
-training loop with early stopping; checkpoint.py: save/load; env.py: WorldModelVecEnv;
-evaluate.py: the quality report (k-step error against copy-last, pixel MSE/PSNR with cameras,
-success-head AUROC/F1/FPR).
+rollout.py: the members' latent steps; checkpoint.py: save/load; env.py: WorldModelVecEnv.
+Training it (k-step windows, the training loop, the noise head, the quality report) is
+embodied/world_model/.
 """

@@ -53,7 +53,7 @@ class WorldModelVecEnv(VecEnv):
     success_aggregate: with member heads, "mean" or "min" of their success probabilities.
     rollout: "mean" or "members" (the module's docstring). model_noise: > 0 adds Gaussian noise
     of that many times the checkpoint's residual_std (one step's error on held-out data, per
-    latent dimension; with a noise head, scaled per state and action: sims/world_model/noise.py)
+    latent dimension; with a noise head, scaled per state and action: embodied/world_model/noise.py)
     to every step's next latent, drawn from the env's seeded stream, so that a
     policy that only succeeds when the dynamics go exactly its way succeeds less (PETS's
     aleatoric sampling; docs/world_model.md)."""

@@ -90,7 +90,7 @@ class WorldModelConfig:
     # episodes' own states under their own actions): the env's model_noise adds it back as
     # Gaussian noise (PETS's aleatoric sampling); [] = not calibrated (written before it existed)
     residual_std: list[float] = field(default_factory=list)
-    # a learned, state-dependent noise (sims/world_model/noise.py): an MLP of (latent, action)
+    # a learned, state-dependent noise (embodied/world_model/noise.py): an MLP of (latent, action)
     # scales residual_std per dimension, fit after training on the held-out episodes' one-step
     # errors, so that model_noise is small where the dynamics are sure (a cube at rest) and
     # large where they are not (contact); false: residual_std everywhere

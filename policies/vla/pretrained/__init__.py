@@ -4,7 +4,7 @@ load_pretrained(path, input_map=..., tokenizer=...) detects the format from the 
 (detect.py), maps every tensor onto a FlowVLA (pi0.py: pi0 and pi0.5, LeRobot and openpi;
 smolvla.py: SmolVLA) or an OFTVLA (oft.py: OpenVLA-OFT, its LoRA merged on load), strict.py
 checking that every checkpoint tensor is used and every parameter filled, sets the
-checkpoint's normalisation (stats.py) and the env-to-checkpoint input map (input_map.py);
+checkpoint's normalisation (norm_stats.py) and the env-to-checkpoint input map (input_map.py);
 presets.py holds the real-size configs. The result is an ordinary policy:
 `save_pretrained` writes our format, `from_pretrained` reloads it, and every RL path runs on it.
 """

@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from policies.vla.pretrained import stats as norm
+from policies.vla.pretrained import norm_stats as norm
 from policies.vla.pretrained.files import PretrainedError, read_json
 from policies.vla.pretrained.input_map import InputMap
 from policies.vla.pretrained.oft_files import Adapter, Sources, component, model_weights

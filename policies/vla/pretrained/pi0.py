@@ -39,7 +39,7 @@ import torch
 
 from policies.vla.config import FlowVLAConfig
 from policies.vla.flow import FlowVLA
-from policies.vla.pretrained import stats as norm
+from policies.vla.pretrained import norm_stats as norm
 from policies.vla.pretrained.files import LazyTensors, PretrainedError, read_json
 from policies.vla.pretrained.input_map import InputMap
 from policies.vla.pretrained.strict import LoadReport, fill

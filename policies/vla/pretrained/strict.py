@@ -6,7 +6,7 @@ to the embeddings, a vocabulary head the reference model never reads). `fill` th
   - every checkpoint tensor was mapped or consumed (else: the first unexpected key, and the count);
   - every entry of the policy's state dict was filled, apart from the names under `fresh`
     (heads the reference model does not have, e.g. the RL noise head and the critic, and the
-    normalisation buffers that stats.py sets) (else: the first missing key, and the count);
+    normalisation buffers that norm_stats.py sets) (else: the first missing key, and the count);
   - every shape matches (else: the first mismatched key with both shapes);
 and copies the tensors in one at a time, cast to the policy's dtype.
 """

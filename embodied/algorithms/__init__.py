@@ -1,7 +1,0 @@
-"""Pure tensor functions: advantages and losses. Each is unit-tested by hand."""
-
-from embodied.algorithms.gae import action_level_gae, gae
-from embodied.algorithms.grpo import grpo_advantages, grpo_keep_mask
-from embodied.algorithms.ppo import PolicyLossStats, ppo_policy_loss, value_loss
-
-__all__ = ["gae", "action_level_gae", "grpo_advantages", "grpo_keep_mask", "ppo_policy_loss", "value_loss", "PolicyLossStats"]

@@ -1,0 +1,126 @@
+"""Scripted-expert demonstrations into an episode dataset (`embodied collect`).
+
+DART-style noise (`noise` > 0): at every step the env executes the expert's action plus
+Gaussian noise N(0, noise^2) per dimension, clipped to the action bounds [-1, 1], while the
+dataset records the clean expert action (computed from the state the noise led to) as the
+label. The demonstrations then cover small deviations from the expert's path and show how
+to recover from them. Rewards and success are those of the executed (noisy) actions.
+
+Two action columns: `action` is the clean expert label, which SFT reads; `executed_action`
+(complementary_info.executed_action) is what the env executed, which the world model reads
+(the dynamics of a step are those of the executed action). Without noise they are equal.
+
+`expert_speed` < 1 scales the expert's motion (not its gripper command): a slower
+demonstrator. On Reach its imitation is steadier (few-shot SFT at 0.2x speed started at
+0.30-0.56 where the full-speed expert's started at 0.20-0.27; docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from embodied.data.dataset import EpisodeWriter
+from sims.registry import expert_for, make_env
+from sims.vecenv import EnvError
+
+CAMERAS = ("front", "wrist")
+LIBERO_CAMERAS = ("agentview", "wrist")  # LIBERO's (sims/libero): obs["rgb_agentview"], obs["rgb_wrist"]
+
+
+def _check(episodes: int, obs_mode: str, cameras: Sequence[str] | None, noise: float,
+           task: str = "") -> tuple[str, ...]:
+    """Validated camera tuple; EnvError (one line, naming the option) on bad input. LIBERO tasks
+    have their own camera names (default: both, as LIBERO checkpoints read them)."""
+    if not isinstance(episodes, int) or episodes <= 0:
+        raise EnvError(f"--episodes must be a positive integer, got {episodes}")
+    if not isinstance(noise, (int, float)) or not math.isfinite(noise) or noise < 0:
+        raise EnvError(f"--noise must be a finite standard deviation >= 0, got {noise}")
+    allowed = LIBERO_CAMERAS if task.startswith("libero:") else CAMERAS
+    if cameras is None:
+        return allowed if task.startswith("libero:") else ("front",)
+    cams = tuple(cameras)
+    bad = [c for c in cams if c not in allowed]
+    if not cams or bad or len(set(cams)) != len(cams):
+        raise EnvError(f"--cameras: expected distinct names from {', '.join(allowed)}, got {','.join(cams)!r}")
+    if obs_mode != "rgb":
+        raise EnvError("--cameras records images: use it with --obs-mode rgb")
+    return cams
+
+
+def collect_demos(task: str, episodes: int, out: str | Path, seed: int = 0, obs_mode: str = "state",
+                  image_size: int = 64, num_envs: int = 0, only_success: bool = True,
+                  cameras: Sequence[str] | None = None, noise: float = 0.0,
+                  expert_speed: float = 1.0) -> dict[str, Any]:
+    """Run the task's expert until `episodes` episodes are written to `out`.
+
+    Env k of batch j starts from seed + j * num_envs + k, so a dataset is
+    reproducible. With only_success, failed expert episodes are skipped.
+    cameras: with obs_mode "rgb", the cameras recorded (default ("front",)); one mp4 per
+    camera and episode (LIBERO tasks: "agentview" and "wrist", both by default). noise: std of
+    the DART noise added to the executed actions (`action` stays the expert's,
+    `executed_action` is the noisy one; see the module doc); drawn from a generator seeded
+    with `seed`.
+    """
+    cams = _check(episodes, obs_mode, cameras, noise, task)
+    if not isinstance(expert_speed, (int, float)) or not 0.0 < expert_speed <= 1.0:
+        raise EnvError(f"expert_speed must be in (0, 1], got {expert_speed}")
+    expert = expert_for(task)
+    rng = np.random.default_rng(seed)
+    B = num_envs or min(episodes, 32)
+    env = make_env(task, B, obs_mode=obs_mode, image_size=(image_size, image_size), cameras=cams)
+    spec = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(env.spec).items()}
+    spec["expert_noise_std"] = float(noise)
+    spec["expert_speed"] = float(expert_speed)
+    writer = EpisodeWriter(out, task, spec)
+    written, attempted, next_seed = 0, 0, seed
+    obs, _ = env.reset(seed=list(range(next_seed, next_seed + B)))
+    # Experts that plan per episode (the mplib expert) have reset(env_ids, privileged [n, P]).
+    expert_reset = getattr(expert, "reset", None)
+    if expert_reset is not None:
+        expert_reset(np.arange(B), obs["privileged"].numpy())
+    seeds = np.arange(next_seed, next_seed + B)
+    next_seed += B
+    buffers: list[list[dict[str, torch.Tensor]]] = [[] for _ in range(B)]
+    while written < episodes:
+        clean = expert(obs["privileged"].numpy()).astype(np.float32)  # [B, A], the label
+        if expert_speed != 1.0:  # a slower demonstrator: motion scaled, the gripper command kept
+            clean[:, :-1] *= expert_speed
+        action = torch.from_numpy(clean)
+        executed = action
+        if noise > 0:
+            noisy = np.clip(clean + rng.normal(0.0, noise, clean.shape), -1.0, 1.0)
+            executed = torch.from_numpy(noisy.astype(np.float32))
+        res = env.step(executed)
+        for i in range(B):
+            buffers[i].append({**{f"obs.{k}": v[i] for k, v in obs.items() if torch.is_tensor(v)},
+                               "action": action[i], "executed_action": executed[i], "reward": res.reward[i],
+                               "success": res.info["success"][i]})
+        for i in res.done.nonzero().flatten().tolist():
+            steps, buffers[i] = buffers[i], []
+            attempted += 1
+            ok = bool(res.info["success"][i])
+            if written < episodes and (ok or not only_success):
+                episode = {k: torch.stack([s[k] for s in steps]) for k in steps[0]}
+                writer.add(episode, obs["instruction"][i], int(seeds[i]))
+                written += 1
+            # The env auto-reset from its own stream; re-seed it so every episode has a known seed.
+            seeds[i] = next_seed
+            next_seed += 1
+        if res.done.any():
+            ids = res.done.nonzero().flatten()
+            fresh, _ = env.reset(seed=seeds[ids.numpy()].tolist(), env_ids=ids)
+            res.obs = fresh
+            if expert_reset is not None:
+                expert_reset(ids.numpy(), fresh["privileged"][ids].numpy())
+        obs = res.obs
+    env.close()
+    if hasattr(expert, "close"):
+        expert.close()
+    return {"out": str(out), "task": task, "episodes": written, "attempted": attempted,
+            "cameras": list(cams) if obs_mode == "rgb" else [], "noise": float(noise),
+            "expert_success_rate": written / max(attempted, 1) if only_success else None}

@@ -1,0 +1,1 @@
+"""Deployment: serving a trained policy (`embodied serve`)."""

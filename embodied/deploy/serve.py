@@ -1,0 +1,130 @@
+"""Policy node: serve a checkpoint over ROS 2 (`embodied serve CHECKPOINT`).
+
+Subscribes to the robot's observations (through robot_bridge.RobotEnv: joint states, the
+privileged Float64MultiArray of a digital twin when the policy was trained on it, camera
+images for rgb policies), runs `policy.act`, publishes each action chunk [K, A] on
+/policy/action_chunk (std_msgs/Float64MultiArray, layout dims "chunk", "action") and executes
+it one command per control period behind the safety layer. Episodes start from seeded
+resets (the evaluation seeds of `embodied eval`), so results compare with simulation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from robot_bridge import ros_types as rt
+from robot_bridge.cli_args import serve_arguments
+from robot_bridge.recorder import RecordingEnv
+from robot_bridge.robot_env import RobotEnv, RobotEnvConfig
+from robot_bridge.safety import SafetyConfig
+from robot_bridge.transport import COMMAND_QOS, make_transport
+
+
+def robot_config_for(cfg: Any, namespace: str = "", control_hz: float = 20.0, transport: str = "auto",
+                     domain_id: int | None = None) -> RobotEnvConfig:
+    """The RobotEnv topics a checkpoint's policy needs (the sim robot node's topic names)."""
+    from sims.registry import make_env
+
+    spec = make_env(cfg.env.task, 1, num_threads=1).spec
+    rgb = cfg.env.obs_mode == "rgb"
+    priv = cfg.policy.obs_key == "privileged"
+    return RobotEnvConfig(task=cfg.env.task, namespace=namespace, control_hz=control_hz,
+                          max_episode_steps=spec.max_episode_steps, action_dim=spec.action_dim,
+                          privileged_topic="/privileged" if priv else None,
+                          privileged_dim=spec.privileged_dim if priv else 0,
+                          image_topics={"front": "/camera/image_raw"} if rgb else {},
+                          image_size=(cfg.env.image_size, cfg.env.image_size),
+                          instruction_topic="/instruction", transport=transport, domain_id=domain_id,
+                          safety=SafetyConfig(action_dim=spec.action_dim, control_hz=control_hz))
+
+
+@torch.no_grad()
+def serve(checkpoint: str | Path, episodes: int = 10, namespace: str = "", control_hz: float = 20.0,
+          transport: str = "auto", domain_id: int | None = None, record: str | Path | None = None,
+          deterministic: bool = True) -> dict[str, Any]:
+    """Run `episodes` episodes (0: until interrupted) of the checkpoint's policy on the robot."""
+    from embodied.run.checkpoint import resolve_checkpoint
+    from embodied.rl.train import config_from_checkpoint, eval_seeds
+    from policies.base import Policy
+
+    ckpt = resolve_checkpoint(checkpoint)
+    cfg = config_from_checkpoint(ckpt)
+    policy = Policy.from_pretrained(ckpt / "policy")
+    policy.eval()
+    tr = make_transport(transport, domain_id, "policy_node")
+    rcfg = robot_config_for(cfg, namespace, control_hz, transport, domain_id)
+    env: Any = RobotEnv(rcfg, transport=tr)
+    if record:
+        env = RecordingEnv(env, record)
+    chunk_pub = tr.publisher(rcfg.topic("/policy/action_chunk"), "std_msgs/msg/Float64MultiArray", COMMAND_QOS)
+    successes: list[bool] = []
+    lengths: list[int] = []
+    seeds = eval_seeds(episodes) if episodes > 0 else None
+    try:
+        k = 0
+        while seeds is None or k < len(seeds):
+            seed = seeds[k] if seeds is not None else eval_seeds(k + 1)[-1]
+            obs, _ = env.reset(seed=seed)
+            done, success, length = False, False, 0
+            while not done:
+                out = policy.act(obs, deterministic=deterministic)
+                chunk = out.actions[0]  # [K, A]
+                chunk_pub.publish(rt.float64_array(chunk.double().numpy(), labels=["chunk", "action"]))
+                for a in chunk:
+                    res = env.step(a[None])
+                    length += 1
+                    if bool(res.done[0]):
+                        done, success = True, bool(res.info["success"][0])
+                        break
+                    obs = res.obs
+            successes.append(success)
+            lengths.append(length)
+            k += 1
+    finally:
+        counts = dict(getattr(env, "env", env).safety.counts)
+        env.close()
+        tr.close()
+    n = max(len(successes), 1)
+    return {"checkpoint": str(ckpt), "task": cfg.env.task, "episodes": len(successes),
+            "success_rate": sum(successes) / n, "episode_length": sum(lengths) / n,
+            "safety_interventions": counts, "recorded": str(record) if record else None}
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.episodes < 0 or args.rate <= 0:
+        raise SystemExit("embodied serve: error: --episodes must be >= 0 and --rate > 0")
+    from robot_bridge.ros_types import MessageError
+    from robot_bridge.transport import TransportError
+    from sims.vecenv import EnvError
+
+    try:
+        summary = serve(args.checkpoint, args.episodes, args.namespace, args.rate, args.transport, args.domain_id,
+                        args.record, deterministic=not args.stochastic)
+    except (TransportError, MessageError) as e:
+        raise EnvError(str(e)) from None
+    print(json.dumps(summary, indent=1), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    import os
+
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    from embodied.run.checkpoint import CheckpointError
+    from embodied.config import ConfigError
+    from policies.base import PolicyLoadError
+    from sims.vecenv import EnvError
+
+    p = argparse.ArgumentParser(prog="embodied serve", description="serve a checkpoint over ROS 2")
+    serve_arguments(p)
+    try:
+        sys.exit(run(p.parse_args()))
+    except (EnvError, CheckpointError, ConfigError, PolicyLoadError) as e:
+        print(f"embodied serve: error: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,1 @@
+"""Evaluation: success rates, sim-to-real sweeps, statistics, reports and videos."""

@@ -1,0 +1,249 @@
+"""Supervised fine-tuning (SFT) of a VLA policy on demonstrations (`embodied sft CONFIG`).
+
+The dataset is any torch Dataset whose items are dicts with "rgb_<cam>" uint8 [H, W, 3],
+"state" float32 [S], "instruction" str, "actions" float32 [K, A], "action_valid" bool [K]
+(the LeRobotDataset layout), and which has `.stats` ({"state": {"mean", "std"}, "action":
+{...}}) for the policy's normalisation buffers.
+
+The loop, top to bottom: batch -> policy.sft_loss (optional bf16 autocast) -> backward ->
+clip -> AdamW step -> warm-up + cosine learning rate; every `eval_every` steps a seeded
+evaluation in the simulator (embodied.eval.evaluate.evaluate); every `save_every` steps a
+save_pretrained directory written atomically (tmp dir + rename); TensorBoard scalars
+under sft/ and eval/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from embodied.config import ConfigError, from_dict
+
+
+@dataclass
+class SFTConfig:
+    policy: Literal["flow_vla", "ar_vla"] = "flow_vla"
+    preset: str = "tiny"  # policies.vla.config.PRESETS
+    init_from: str | None = None  # a save_pretrained directory to fine-tune instead
+    chunk_size: int = 4  # K
+    num_steps: int = 10  # flow: Euler steps in act
+    execute_steps: int = 0  # actions of each chunk executed before re-planning (0 = all K)
+    cameras: list[str] = field(default_factory=lambda: ["front"])
+    dataset: str = ""  # LeRobot v3 dataset root (embodied.data.lerobot.LeRobotDataset)
+    task: str = "Reach"  # evaluation task
+    image_size: int = 64  # rendered images; also the tiny preset's vision input size
+    patch_size: int = 0  # tiny preset's vision patch size (0: the preset's, 16)
+    steps: int = 2000  # gradient steps
+    max_minutes: float = 0.0  # > 0: also stop after this much training time; the cosine follows the clock
+    label_sigma: float = 0.0  # ar_vla: Gaussian (HL-Gauss) targets this many bins wide; 0: one-hot
+    batch_size: int = 32
+    lr: float = 3e-4
+    weight_decay: float = 0.01
+    warmup_steps: int = 100
+    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
+    grad_clip: float = 1.0
+    bf16: bool = False  # bf16 autocast (helps on GPUs and recent CPUs)
+    eval_every: int = 500  # steps; 0 disables periodic evaluation
+    eval_episodes: int = 20
+    eval_envs: int = 10
+    save_every: int = 1000  # steps; 0: only the final checkpoint
+    run_dir: str = "runs/sft"
+    seed: int = 0
+    torch_threads: int = 0  # 0 = leave torch's default
+    num_workers: int = 0
+    device: str = "cpu"
+
+
+def load_sft_config(path: str | Path, overrides: list[str] = ()) -> SFTConfig:
+    """YAML file (a flat mapping of SFTConfig fields) plus key=value overrides; one-line errors."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    raw = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of SFT settings")
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r}: expected key=value, e.g. lr=1e-4")
+        raw[key.strip()] = yaml.safe_load(value)
+    cfg = from_dict(SFTConfig, raw)
+    for key in ("max_minutes", "label_sigma"):
+        if getattr(cfg, key) < 0:
+            raise ConfigError(f"{key}: {getattr(cfg, key)} must be >= 0 (0: off)")
+    if cfg.label_sigma and cfg.policy != "ar_vla":
+        raise ConfigError(f"label_sigma applies to ar_vla only, not policy={cfg.policy}; remove it")
+    return cfg
+
+
+def build_policy(cfg: SFTConfig, stats: dict[str, Any] | None = None) -> Any:
+    """A fresh tiny/real VLA from cfg (or cfg.init_from), with the dataset's stats set; a fresh
+    one takes its state and action widths from the stats (9 and 4 for the MuJoCo tasks, 18 and
+    7 or 8 for ManiSkill's Panda)."""
+    from policies.registry import policy_class
+    from policies.vla.config import make_config
+
+    klass = policy_class(cfg.policy)
+    if cfg.init_from:
+        policy = klass.from_pretrained(cfg.init_from)
+    else:
+        extra: dict[str, Any] = ({"num_steps": cfg.num_steps} if cfg.policy == "flow_vla"
+                                 else {"label_sigma": cfg.label_sigma})
+        if stats is not None:
+            extra["state_dim"], extra["action_dim"] = len(stats["state"]["mean"]), len(stats["action"]["mean"])
+        if cfg.preset == "tiny":
+            vision = make_config(klass.config_class, cfg.preset).vision
+            vision["image_size"] = cfg.image_size
+            if cfg.patch_size:
+                vision["patch_size"] = cfg.patch_size
+            extra["vision"] = vision
+        policy = klass(make_config(klass.config_class, cfg.preset, chunk_size=cfg.chunk_size,
+                                   cameras=list(cfg.cameras), **extra))
+    policy.config.execute_steps = cfg.execute_steps
+    if stats is not None and not cfg.init_from:
+        policy.set_stats(stats)
+    return policy
+
+
+def lr_lambda(cfg: SFTConfig, time_fraction: Callable[[], float] | None = None) -> Callable[[int], float]:
+    """Linear warm-up to 1, then cosine to min_lr_ratio at cfg.steps; with time_fraction (the
+    share of cfg.max_minutes used), the cosine follows whichever of steps and time is further."""
+    def f(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        p = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+        if time_fraction is not None:
+            p = max(p, time_fraction())
+        p = min(1.0, p)
+        return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * p))
+    return f
+
+
+def save_atomic(policy: Any, path: Path) -> Path:
+    """save_pretrained into path.tmp, then rename onto path (replacing an older one)."""
+    tmp, old = path.with_name(path.name + ".tmp"), path.with_name(path.name + ".old")
+    for p in (tmp, old):
+        shutil.rmtree(p, ignore_errors=True)
+    policy.save_pretrained(tmp)
+    if path.exists():
+        os.rename(path, old)
+    os.rename(tmp, path)
+    shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
+def _obs(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    return {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in batch.items() if k != "actions"}
+
+
+def train_sft(policy: Any, dataset: Dataset, cfg: SFTConfig, eval_env: Any = None,
+              log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Fit `policy` to `dataset` for cfg.steps steps (or cfg.max_minutes); returns a summary
+    (losses, evals, steps, paths)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from embodied.eval.evaluate import evaluate
+
+    torch.manual_seed(cfg.seed)
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
+    device = torch.device(cfg.device)
+    policy.to(device).train()
+    run = Path(cfg.run_dir)
+    writer = SummaryWriter(str(run / "tb"))
+    loader = DataLoader(dataset, batch_size=cfg.batch_size, shuffle=True, drop_last=True,
+                        num_workers=cfg.num_workers, generator=torch.Generator().manual_seed(cfg.seed))
+    if len(loader) == 0:
+        raise ConfigError(f"batch_size: {cfg.batch_size} is larger than the dataset ({len(dataset)} items)")
+    params = [p for p in policy.actor_parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    t0 = time.perf_counter()
+    budget_s = 60.0 * cfg.max_minutes
+
+    def time_fraction() -> float:  # of the training budget (periodic evaluations count too)
+        return (time.perf_counter() - t0) / budget_s
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg, time_fraction if budget_s > 0 else None))
+    seeds = list(range(10_000, 10_000 + cfg.eval_episodes))
+    summary: dict[str, Any] = {"loss": [], "eval": [], "checkpoints": []}
+
+    def run_eval(step: int) -> None:
+        policy.eval()
+        res = evaluate(policy, eval_env, seeds)
+        policy.train()
+        writer.add_scalar("eval/success_rate", res.success_rate, step)
+        writer.add_scalar("eval/episode_length", res.episode_length, step)
+        summary["eval"].append((step, res.success_rate))
+        log(f"step {step}: eval success {res.success_rate:.2f} over {len(seeds)} episodes")
+
+    step, samples, done = 0, 0, False
+    while not done:
+        for batch in loader:
+            obs = _obs(batch, device)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
+                loss = policy.sft_loss(obs, batch["actions"].to(device))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+            opt.step()
+            sched.step()
+            step += 1
+            samples += batch["actions"].shape[0]
+            summary["loss"].append(loss.item())
+            done = step >= cfg.steps or (budget_s > 0 and time_fraction() >= 1.0)
+            if step % 50 == 0 or done:
+                sps = samples / (time.perf_counter() - t0)
+                writer.add_scalar("sft/loss", loss.item(), step)
+                writer.add_scalar("sft/grad_norm", float(grad_norm), step)
+                writer.add_scalar("sft/lr", sched.get_last_lr()[0], step)
+                writer.add_scalar("time/samples_per_s", sps, step)
+            if eval_env is not None and cfg.eval_every and step % cfg.eval_every == 0 and not done:
+                run_eval(step)
+            if cfg.save_every and step % cfg.save_every == 0 and not done:
+                summary["checkpoints"].append(str(save_atomic(policy, run / f"step_{step:07d}")))
+            if done:
+                break
+    summary["steps"] = step
+    summary["samples_per_s"] = samples / (time.perf_counter() - t0)
+    if eval_env is not None:
+        run_eval(step)
+    summary["final"] = str(save_atomic(policy, run / "final"))
+    writer.close()
+    policy.eval()
+    return summary
+
+
+def cmd_sft(args: argparse.Namespace) -> int:
+    """`embodied sft CONFIG [key=value ...]`: SFT on a LeRobot dataset, evaluated in the sim."""
+    from embodied.data.lerobot import LeRobotDataset  # written alongside; the LeRobot v3 reader
+    from sims.registry import make_env
+
+    cfg = load_sft_config(args.config, args.overrides)
+    if not cfg.dataset:
+        raise ConfigError("dataset: set the LeRobot dataset root, e.g. dataset=data/reach")
+    dataset = LeRobotDataset(cfg.dataset, chunk_size=cfg.chunk_size)
+    torch.manual_seed(cfg.seed)  # seeds the initial weights too
+    policy = build_policy(cfg, dataset.stats)
+    env = None
+    if cfg.eval_every or cfg.eval_episodes:
+        env = make_env(cfg.task, cfg.eval_envs, obs_mode="rgb", image_size=cfg.image_size,
+                       cameras=tuple(cfg.cameras))
+    summary = train_sft(policy, dataset, cfg, env)
+    if env is not None:
+        env.close()
+    print(f"final checkpoint: {summary['final']}")
+    if summary["eval"]:
+        print(f"success rate: {summary['eval'][-1][1]:.2f}")
+    print(f"tensorboard: {Path(cfg.run_dir) / 'tb'}")
+    return 0

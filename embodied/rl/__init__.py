@@ -1,0 +1,1 @@
+"""Reinforcement learning: the training loop (`embodied train`), rollout collectors, learners, algorithms."""

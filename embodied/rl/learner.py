@@ -1,0 +1,352 @@
+"""Learners: advantages, then clipped policy-gradient epochs over minibatches, diagnostics.
+
+PPOLearner takes GAE advantages from a critic; GRPOLearner takes group-relative episode
+advantages and no critic. Both share `PolicyGradientLearner.optimize`, which computes the
+ratio at the configured granularity (ppo.logprob_level):
+    chunk   one ratio per policy step, from log_prob [N]
+    action  one ratio per scored chunk position, log_prob_parts summed over A  [N, P]
+    token   one ratio per action element (an AR token), log_prob_parts        [N, P * A]
+P is n, the executed actions, for policies whose executed actions have a density of their
+own (Gaussian, AR: its later tokens cannot change earlier ones), and K, the whole chunk, for
+the flow VLA, whose chain is scored whole (docs/rl.md). The step's advantage is shared by all
+its parts; parts of substeps that were not executed because the episode ended inside the
+chunk are masked out.
+
+With ppo.reward_level=action, PPO's GAE runs over executed actions (a per-action critic,
+advantages [N, n]): an action ratio takes its own action's advantage, a token ratio its
+action's, and a chunk ratio the advantage of the chunk's first action (which sums the whole
+chunk's discounted TD errors).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from torch import nn
+
+from embodied.rl.algorithms import action_level_gae, gae, grpo_advantages, grpo_keep_mask, ppo_policy_loss, value_loss
+from embodied.config import GRPOConfig, PPOConfig
+from embodied.rl.trajectory import Trajectory
+from policies.normalizer import RunningNormalizer
+
+
+def flatten_time(x: torch.Tensor) -> torch.Tensor:
+    """[T, B, ...] -> [T * B, ...]."""
+    return x.reshape(-1, *x.shape[2:])
+
+
+def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:
+    var = target.var()
+    return float("nan") if var == 0 else float(1.0 - (target - pred).var() / var)
+
+
+def position_mask(valid: torch.Tensor, positions: int) -> torch.Tensor:
+    """valid bool [N, n] (executed substeps) -> [N, P] for P scored chunk positions. A policy that
+    scores its whole sampled chunk (the flow VLA) has P = K > n parts; a non-executed position
+    was sampled with its step, so it counts wherever the step does (valid[:, 0])."""
+    n = valid.shape[1]
+    if positions <= n:
+        return valid[:, :positions]
+    return torch.cat([valid, valid[:, :1].expand(-1, positions - n)], dim=1)
+
+
+def advantages_at_level(adv: torch.Tensor, positions: int, width: int, level: str) -> torch.Tensor:
+    """Advantages [N] (per chunk) or [N, n] (per executed action) -> the shape of at_level's
+    log-probs: [N, 1] (chunk), [N, P] (action) or [N, P * width] (token). A position past the
+    n executed ones takes the chunk's advantage, its first action's (its noise reaches every
+    executed action through the expert's attention)."""
+    if level == "chunk":
+        return adv[:, None] if adv.dim() == 1 else adv[:, :1]
+    if adv.dim() == 1:
+        per_pos = adv[:, None].expand(-1, positions)
+    elif positions <= adv.shape[1]:
+        per_pos = adv[:, :positions]
+    else:
+        per_pos = torch.cat([adv, adv[:, :1].expand(-1, positions - adv.shape[1])], dim=1)
+    if level == "action":
+        return per_pos
+    return per_pos[:, :, None].expand(-1, -1, width).flatten(1)
+
+
+def at_level(log_prob: torch.Tensor, parts: torch.Tensor | None, valid: torch.Tensor,
+             level: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """log_prob [N], parts [N, P, A] or None, valid bool [N, n] -> (log-probs [N, L], mask [N, L])
+    with L = 1 (chunk), P (action) or P * A (token)."""
+    if level == "chunk":
+        return log_prob[:, None], torch.ones_like(log_prob[:, None], dtype=torch.bool)
+    if parts is None:
+        raise ValueError(f"ppo.logprob_level={level} needs a policy that returns log_prob_parts")
+    mask = position_mask(valid, parts.shape[1])  # [N, P]
+    if level == "action":
+        return parts.sum(-1), mask
+    return parts.flatten(1), mask[:, :, None].expand(parts.shape).flatten(1)
+
+
+class PolicyGradientLearner:
+    """The optimiser and the clipped-objective epochs shared by PPO and GRPO."""
+
+    def __init__(self, policy: Any, cfg: PPOConfig):
+        self.policy, self.cfg = policy, cfg
+        self.iteration = 0
+        # the minibatch permutations' stream: None draws from torch's global one (train.py); a
+        # learner on its own thread beside the rollout role passes its own (distributed/roles.py)
+        self.generator: torch.Generator | None = None
+        groups = [{"params": list(policy.actor_parameters()), "lr": cfg.lr, "name": "actor"}]
+        critic = list(policy.critic_parameters())
+        if critic:
+            groups.append({"params": critic, "lr": cfg.critic_lr, "name": "critic"})
+        self.optimizer = torch.optim.Adam(groups, eps=1e-5)
+
+    def optimize(self, traj: Trajectory, advantages: torch.Tensor, returns: torch.Tensor | None,
+                 step_mask: torch.Tensor | None = None, train_actor: bool = True,
+                 step_weights: torch.Tensor | None = None, normalize: bool | None = None) -> dict[str, float]:
+        """Update epochs on advantages [T, B], or [T, B, n] per executed action (returns of the
+        same shape train the critic; None: no critic loss); step_mask bool [T, B] drops steps
+        (GRPO: after the episode, filtered groups); step_weights float [T, B] weigh the steps in
+        the policy loss (default: equal); normalize: per-minibatch advantage normalisation
+        (default: cfg.normalize_advantages)."""
+        cfg, policy = self.cfg, self.policy
+        normalize = cfg.normalize_advantages if normalize is None else normalize
+        obs = {k: flatten_time(v) for k, v in traj.obs.items()}
+        replay = {k: flatten_time(v) for k, v in traj.replay.items()}
+        instructions = [s for step in traj.instructions for s in step]
+        keep = torch.ones(traj.log_probs.numel(), dtype=torch.bool) if step_mask is None else flatten_time(step_mask)
+        rows = keep.nonzero().flatten()  # samples that enter the loss
+        valid = flatten_time(traj.valid)
+        old_lp, old_parts = flatten_time(traj.log_probs), traj.log_prob_parts
+        old_parts = None if old_parts is None else flatten_time(old_parts)
+        old_values, adv_all = flatten_time(traj.values), flatten_time(advantages)
+        if adv_all.dim() == 2 and old_values.dim() == 1:  # per-action GAE with a chunk-1 policy
+            old_values = old_values[:, None]
+        w_all = None if step_weights is None else flatten_time(step_weights)
+        ret_all = None if returns is None else flatten_time(returns)
+
+        def minibatch(idx: torch.Tensor) -> dict[str, Any]:
+            mb = {k: v[idx] for k, v in obs.items()}
+            if instructions:
+                mb["instruction"] = [instructions[i] for i in idx.tolist()]
+            return mb
+
+        if cfg.recompute_log_probs and train_actor:  # old log-probs from this learner's own forward
+            old_lp, old_parts = old_lp.clone(), None if old_parts is None else old_parts.clone()
+            with torch.no_grad():
+                for chunk in rows.split(max(1, len(rows) // cfg.minibatches)):
+                    ev = policy.evaluate(minibatch(chunk), {k: v[chunk] for k, v in replay.items()})
+                    old_lp[chunk] = ev.log_prob
+                    if old_parts is not None and ev.log_prob_parts is not None:
+                        old_parts[chunk] = ev.log_prob_parts
+
+        n = len(rows)
+        mb_size = max(1, n // cfg.minibatches)
+        sums: dict[str, float] = {}
+        count, stop = 0, False
+        for _epoch in range(cfg.epochs):
+            perm = rows[torch.randperm(n, generator=self.generator)]
+            epoch_kl = []
+            for start in range(0, mb_size * min(cfg.minibatches, n), mb_size):
+                idx = perm[start:start + mb_size]
+                ev = policy.evaluate(minibatch(idx), {k: v[idx] for k, v in replay.items()})
+                adv = adv_all[idx]  # [M] or [M, n]
+                v_mask = None if adv.dim() == 1 else valid[idx, :adv.shape[1]]
+                if normalize and len(idx) > 1:
+                    a = adv if v_mask is None else adv[v_mask]
+                    adv = (adv - a.mean()) / (a.std() + 1e-8)
+                new_lp, mask = at_level(ev.log_prob, ev.log_prob_parts, valid[idx], cfg.logprob_level)
+                old, _ = at_level(old_lp[idx], None if old_parts is None else old_parts[idx],
+                                  valid[idx], cfg.logprob_level)
+                if w_all is not None:  # a weighted mean: mask entries carry their step's weight
+                    mask = mask * w_all[idx, None]
+                P, width = (1, 1) if ev.log_prob_parts is None else ev.log_prob_parts.shape[1:]
+                pg_loss, st = ppo_policy_loss(new_lp, old, advantages_at_level(adv, P, width, cfg.logprob_level),
+                                              cfg.clip_low, cfg.clip_high, cfg.dual_clip, mask)
+                loss = (pg_loss - cfg.entropy_coef * ev.entropy.mean()) if train_actor else torch.zeros(())
+                v_loss = torch.zeros(())
+                if ev.value is not None and ret_all is not None:
+                    v_loss = value_loss(ev.value.view_as(ret_all[idx]), old_values[idx], ret_all[idx], cfg.value_clip,
+                                        cfg.huber_delta if cfg.value_loss == "huber" else None, v_mask)
+                    loss = loss + cfg.value_coef * v_loss
+                self.optimizer.zero_grad(set_to_none=True)
+                if loss.requires_grad:
+                    loss.backward()
+                grad_norm = nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+                self.optimizer.step()
+
+                epoch_kl.append(st.approx_kl.item())
+                for key, val in (("policy_loss", pg_loss), ("value_loss", v_loss),
+                                 ("entropy", ev.entropy.mean()), ("approx_kl", st.approx_kl),
+                                 ("clip_fraction", st.clip_fraction), ("ratio", st.ratio_mean),
+                                 ("grad_norm", grad_norm)):
+                    sums[key] = sums.get(key, 0.0) + float(val.detach() if torch.is_tensor(val) else val)
+                count += 1
+                if cfg.target_kl is not None and st.approx_kl.item() > 1.5 * cfg.target_kl:
+                    stop = True
+                    break
+            if train_actor and epoch_kl:
+                self._adapt_lr(sum(epoch_kl) / len(epoch_kl))
+            if stop:
+                break
+        stats = {k: v / max(count, 1) for k, v in sums.items()}
+        stats["lr"] = self.optimizer.param_groups[0]["lr"]
+        stats["minibatch_updates"] = float(count)
+        stats["samples"] = float(n)
+        self.iteration += 1
+        return stats
+
+    def _adapt_lr(self, kl: float) -> None:
+        """rsl_rl-style adaptive schedule: keep the actor's KL near desired_kl."""
+        if self.cfg.lr_schedule != "adaptive":
+            return
+        group = self.optimizer.param_groups[0]
+        if kl > 2.0 * self.cfg.desired_kl:
+            group["lr"] = max(1e-5, group["lr"] / 1.5)
+        elif 0.0 < kl < 0.5 * self.cfg.desired_kl:
+            group["lr"] = min(1e-2, group["lr"] * 1.5)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "iteration": self.iteration}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.iteration = state.get("iteration", 0)
+
+
+class ReturnScaler:
+    """Reward scaling by the running standard deviation of the discounted return, as SB3's
+    VecNormalize(norm_reward=True) and gymnasium's NormalizeReward do: every env keeps its
+    return R <- gamma * R + r (reset to 0 after its episode ends), the running variance of R
+    over all envs and steps is updated with every new R, and the learner sees the rewards
+    r / sqrt(var + eps), clipped to +-clip. The mean is not subtracted (a shift of the rewards
+    would change which policy is optimal where episodes end early; a scale does not).
+
+    R runs at GAE's level: one reward per chunk with ppo.reward_level=chunk, one per executed
+    action with reward_level=action (invalid substeps, after an episode's end, are skipped).
+    One scale is applied to a whole rollout, the one after it was seen; SB3 scales each step
+    with the variance up to that step, which differs only in the first iterations."""
+
+    def __init__(self, gamma: float, clip: float = 10.0, eps: float = 1e-8):
+        self.gamma, self.clip, self.eps = gamma, clip, eps
+        self.stats = RunningNormalizer(1)
+        self.ret: torch.Tensor | None = None  # [B] float64, each env's running return
+
+    @torch.no_grad()
+    def __call__(self, rewards: torch.Tensor, valid: torch.Tensor, dones: torch.Tensor) -> torch.Tensor:
+        """rewards float [T, B, n], valid bool [T, B, n], dones bool [T, B] -> the scaled rewards
+        [T, B, n]. n = 1 gives the chunk-level return."""
+        T, B, n = rewards.shape
+        if self.ret is None or self.ret.shape[0] != B:
+            self.ret = torch.zeros(B, dtype=torch.float64)
+        for t in range(T):
+            for k in range(n):
+                v = valid[t, :, k]
+                self.ret = torch.where(v, self.gamma * self.ret + rewards[t, :, k].double(), self.ret)
+                self.stats.update(self.ret[v, None])
+            self.ret = self.ret.masked_fill(dones[t], 0.0)
+        scale = float(1.0 / torch.sqrt(self.stats.var[0] + self.eps))
+        return (rewards * scale).clamp(-self.clip, self.clip)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"stats": self.stats.state_dict(), "ret": self.ret}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.stats.load_state_dict(state["stats"])
+        self.ret = state["ret"]
+
+
+class PPOLearner(PolicyGradientLearner):
+    """PPO: chunk-level GAE from the critic; the first `critic_warmup_iters` updates train
+    the value head only. With ppo.normalize_rewards the rewards are scaled by ReturnScaler
+    before GAE; the critic then learns returns of the scaled rewards."""
+
+    def __init__(self, policy: Any, cfg: PPOConfig):
+        super().__init__(policy, cfg)
+        self.reward_scaler = ReturnScaler(cfg.gamma) if cfg.normalize_rewards else None
+
+    def update(self, traj: Trajectory) -> dict[str, float]:
+        cfg = self.cfg
+        if self.reward_scaler is not None:
+            if cfg.reward_level == "action":
+                scaled = self.reward_scaler(traj.rewards, traj.valid, traj.dones)
+            else:
+                chunk = traj.chunk_rewards[..., None]  # [T, B, 1]
+                scaled = self.reward_scaler(chunk, torch.ones_like(chunk, dtype=torch.bool), traj.dones)
+                # the chunk's scaled reward as its first substep's, so that chunk_rewards sums to it
+                scaled = torch.cat([scaled, torch.zeros_like(traj.rewards[..., 1:])], dim=-1)
+            traj = dataclasses.replace(traj, rewards=scaled)
+        if cfg.reward_level == "action":
+            values = traj.values if traj.values.dim() == 3 else traj.values[..., None]  # [T, B, n]
+            n = values.shape[2]
+            if n != traj.rewards.shape[2]:
+                raise ValueError(f"ppo.reward_level=action: the critic gives {n} value(s) per step for chunks "
+                                 f"of {traj.rewards.shape[2]} actions; build the policy with a per-action critic")
+            advantages, returns = action_level_gae(traj.rewards, values, traj.valid, traj.dones, traj.last_value,
+                                                   cfg.gamma, cfg.gae_lambda, traj.bootstrap)  # [T, B, n]
+            sel = traj.valid
+        else:
+            if traj.values.dim() == 3:
+                raise ValueError("ppo.reward_level=chunk: the policy's critic gives one value per action; "
+                                 "set ppo.reward_level=action, or a fresh one-value critic with policy.critic_obs")
+            advantages, returns = gae(traj.chunk_rewards, traj.values, traj.dones, traj.last_value,
+                                      cfg.gamma, cfg.gae_lambda, traj.bootstrap)  # [T, B]
+            values, sel = traj.values, torch.ones_like(traj.values, dtype=torch.bool)
+        warmup = self.iteration < cfg.critic_warmup_iters
+        stats = self.optimize(traj, advantages, returns, train_actor=not warmup)
+        stats["explained_variance"] = explained_variance(values[sel], returns[sel])
+        stats["advantage_mean"] = float(advantages.mean())
+        stats["critic_warmup"] = float(warmup)
+        if self.reward_scaler is not None:
+            rs = self.reward_scaler
+            stats["reward_scale"] = float(1.0 / torch.sqrt(rs.stats.var[0] + rs.eps))
+        return stats
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if self.reward_scaler is not None:
+            state["reward_scaler"] = self.reward_scaler.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        if self.reward_scaler is not None and "reward_scaler" in state:
+            self.reward_scaler.load_state_dict(state["reward_scaler"])
+
+
+class GRPOLearner(PolicyGradientLearner):
+    """GRPO: one episode per env, envs grouped by reset seed (traj.group_ids); every step of
+    an episode gets its group-normalised return as advantage; all-success / all-fail groups
+    (outside filter_low < rate < filter_high) are dropped unless filter_groups is off; no
+    critic, no KL term.
+
+    Each episode weighs the same in the loss (its steps get weight 1 / its length, GRPO's
+    per-sequence mean): with equal step weights, long failed episodes (time-outs) would
+    outweigh short successful ones and push down the likelihood of ordinary actions. For the
+    same reason the advantages are not normalised again per minibatch (ppo.normalize_advantages
+    does not apply): a mean over steps is dominated by the long failed episodes, and
+    subtracting it would give each group a positive episode-weighted sum, raising the
+    likelihood of every sampled action and collapsing the exploration noise."""
+
+    def __init__(self, policy: Any, cfg: PPOConfig, grpo: GRPOConfig):
+        super().__init__(policy, cfg)
+        self.grpo = grpo
+
+    def update(self, traj: Trajectory) -> dict[str, float]:
+        if traj.group_ids is None or traj.episode_mask is None:
+            raise ValueError("GRPO needs a trajectory of grouped episodes (embodied.rl.episodes.GroupCollector)")
+        g = self.grpo
+        mask = traj.episode_mask  # [T, B] steps of each env's episode
+        success = (traj.success & mask).any(0)  # [B]
+        ret = success.float() if g.reward == "success" else (traj.chunk_rewards * mask).sum(0)
+        adv = grpo_advantages(ret, traj.group_ids, normalize_std=g.normalize_std)  # [B]
+        keep = (grpo_keep_mask(success, traj.group_ids, g.filter_low, g.filter_high) if g.filter_groups
+                else torch.ones_like(success))  # [B]
+        step_mask = mask & keep[None, :]
+        weights = mask.float() / mask.sum(0, keepdim=True).clamp(min=1)  # [T, B], 1 per episode
+        stats = {"kept_groups": float(keep.float().sum() / traj.group_ids.bincount().max()),
+                 "group_success": float(success.float().mean()), "episode_return": float(ret.mean())}
+        if step_mask.any():
+            stats.update(self.optimize(traj, adv[None, :].expand_as(mask), None, step_mask,
+                                       step_weights=weights, normalize=False))
+        else:
+            self.iteration += 1
+        return stats

@@ -1,0 +1,1 @@
+"""Run directories: checkpoints and logs."""
