@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from embodied.robot_rl.obs import obs_vector
 from embodied.robot_rl.replay import chunk_transition
 from embodied.robot_rl.residual import BasePolicy, compose, residual_of
 from embodied.robot_rl.sim_robot import SimOperator, SimRobot
+from embodied.run.stop import stoppable
 from robot_bridge.robot_env import RobotEnv
 from robot_bridge.teleop import Teleop
 from sims.vecenv import EnvError
@@ -308,6 +310,8 @@ class Actor:
         a = self.cfg.actor
         first = self.writer.info["total_episodes"]
         ended, code, evals = "episodes", 0, []
+        stopping = stoppable("this episode")
+        self.stop = stopping.__enter__()
         try:
             obs, _ = self.env.reset()
             if self.base is not None:
@@ -317,6 +321,9 @@ class Actor:
                 evals.append(rate)
                 self.log(kind="eval", episode=0, success=rate)
             for index in range(first, a.episodes):
+                if self.stop:  # a signal: end after the last whole episode (embodied/stop.py)
+                    ended, code = signal.Signals(self.stop.signum).name, 128 + self.stop.signum
+                    break
                 obs, summary = self.episode(obs, index)
                 self.link.send(("episode", {"episode": index, **summary}))
                 self.log(kind="episode", episode=index + 1, **summary)
@@ -329,6 +336,7 @@ class Actor:
             ended, code = ("e-stop", 0) if estop else (str(e).splitlines()[0], 1)
             log.error("actor: %s", ended) if code else log.warning("actor: e-stop: run ended, episodes recorded")
         finally:
+            stopping.__exit__(None, None, None)
             self.link.stop_listening()  # a learner that connected as the run ended still gets
             self._poll_link()  # the episodes it lacks (its hello answered), then the stop
             self.link.send(("stop", ended))
