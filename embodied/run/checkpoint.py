@@ -112,12 +112,17 @@ def resolve_checkpoint(path: str | Path) -> Path:
 def load_checkpoint(path: str | Path) -> tuple[Path, dict[str, Any], dict[str, Any]]:
     """Return (checkpoint dir, meta without trainer state, trainer state)."""
     ckpt = resolve_checkpoint(path)
+    f = ckpt / "meta.json"
     try:
-        meta = json.loads((ckpt / "meta.json").read_text())
-        tensors = load_file(str(ckpt / "trainer.safetensors"))
-    except (OSError, ValueError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{ckpt}: unreadable checkpoint ({type(e).__name__}: {str(e).splitlines()[0]})") from None
-    state = unflatten_state(meta.pop("trainer_state"), tensors)
+        meta = json.loads(f.read_text())
+        state_json = meta.pop("trainer_state")
+        f = ckpt / "trainer.safetensors"
+        tensors = load_file(str(f))
+        state = unflatten_state(state_json, tensors)
+    except Exception as e:  # OSError, JSONDecodeError, KeyError, safetensors' SafetensorError
+        raise CheckpointError(f"{f}: unreadable ({type(e).__name__}: {(str(e).splitlines() or [''])[0]}); allowed: "
+                              "a checkpoint as `embodied train` wrote it (an earlier one of the run, or copy it "
+                              "again)") from None
     return ckpt, meta, state
 
 
