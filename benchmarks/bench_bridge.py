@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from robot_bridge import ros_types as rt  # noqa: E402
-from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, loopback_env, make_transport  # noqa: E402
+from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, loopback_env  # noqa: E402
+from robot_bridge.transport_factory import make_transport
 
 JOINTS = ["x", "y", "z", "finger_left", "finger_right"]
 
@@ -146,13 +147,14 @@ def success_comparison(episodes: int, checkpoint: str | None) -> dict:
     from embodied.run.checkpoint import resolve_checkpoint
     from embodied.config import load_config
     from embodied.eval.evaluate import evaluate
-    from embodied.rl.train import eval_seeds, train
+    from embodied.rl.train import train
+    from embodied.rl.loop_parts import eval_seeds
     from policies.base import Policy
     from sims.registry import make_env
 
     if checkpoint is None:
         checkpoint = tempfile.mkdtemp(prefix="bench_reach_")
-        train(load_config(ROOT / "configs" / "ppo_reach.yaml", ["train.total_steps=60000", f"train.run_dir={checkpoint}",
+        train(load_config(ROOT / "configs" / "ppo" / "ppo_reach.yaml", ["train.total_steps=60000", f"train.run_dir={checkpoint}",
                                                                  "train.progress=false", "train.eval_every=0",
                                                                  "train.video_episodes=0"]))
     ckpt = resolve_checkpoint(checkpoint)

@@ -1,6 +1,6 @@
 """The suite's small RL learning checks over several seeds: where their thresholds come from.
 
-Runs configs/<name>.yaml exactly as tests/test_rl_lift_*.py does (tests/rl_lift.py: demos,
+Runs configs/lift/<name>.yaml exactly as tests/rl/test_rl_lift_*.py does (tests/rl_lift.py: demos,
 SFT and RL all seeded by the seed), for each seed, and prints the lifts with their worst,
 mean and best. A test's threshold sits below the worst of at least 5 seeds.
 
@@ -8,7 +8,7 @@ mean and best. A test's threshold sits below the worst of at least 5 seeds.
     python benchmarks/bench_learning_tests.py --merge runs/lift_a,runs/lift_b --out runs/lift
     python benchmarks/bench_learning_tests.py reach_color --seeds 0,1,2,3,4 --set demos=500 steps=2000
 
-reach_color is tests/test_vla_learning.py's SFT from pixels (its --set takes demos= and steps=);
+reach_color is tests/imitation/test_vla_learning.py's SFT from pixels (its --set takes demos= and steps=);
 it prints the test's scores per seed and their worst.
 
 Writes <out>/<name>.json (one entry per seed).
@@ -40,7 +40,7 @@ def report(name: str, runs: dict[str, dict]) -> None:
 
 
 def reach_color(seeds: str, overrides: list[str], out: Path) -> None:
-    """tests/test_vla_learning.py's SFT and scores, once per seed; overrides: demos=N, steps=N."""
+    """tests/imitation/test_vla_learning.py's SFT and scores, once per seed; overrides: demos=N, steps=N."""
     from test_vla_learning import instruction_scores, sft_reach_color
     kw = {}
     for o in overrides:
@@ -63,7 +63,7 @@ def reach_color(seeds: str, overrides: list[str], out: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("name", nargs="?", help="a configs/lift_*.yaml name, e.g. lift_reach_flow_noise")
+    ap.add_argument("name", nargs="?", help="a configs/lift/lift_*.yaml name, e.g. lift_reach_flow_noise")
     ap.add_argument("--seeds", default="0,1,2,3,4")
     ap.add_argument("--set", nargs="*", default=[], help="pipeline overrides, e.g. rl.train.total_steps=30000")
     ap.add_argument("--out", default="runs/lift")
@@ -83,8 +83,8 @@ def main() -> None:
     if args.name == "reach_color":
         reach_color(args.seeds, args.set, out)
         return
-    if not args.name or not (ROOT / "configs" / f"{args.name}.yaml").is_file():
-        sys.exit(f"name: give a configs/lift_*.yaml name, got {args.name!r}")
+    if not args.name or not (ROOT / "configs" / "lift" / f"{args.name}.yaml").is_file():
+        sys.exit(f"name: give a configs/lift/lift_*.yaml name, got {args.name!r}")
     torch.set_num_threads(1)
     runs = {}
     for seed in map(int, args.seeds.split(",")):

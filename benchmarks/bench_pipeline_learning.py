@@ -19,7 +19,7 @@ is not run again, so an interrupted benchmark continues where it stopped. Printe
 each seed's final success and return, their mean +- 95% t-interval, the wall seconds, and
 Welch's t-test (two-sided p) of each stale mode against sync.
 
-Usage: python benchmarks/bench_pipeline_learning.py [--config configs/ppo_pushcube.yaml]
+Usage: python benchmarks/bench_pipeline_learning.py [--config configs/ppo/ppo_pushcube.yaml]
            [--seeds 5] [--stale 1] [--steps 122880] [--modes sync,stale,recompute]
            [--out runs/bench_pipeline_learning] [--set KEY=VALUE ...] [--report]
 --report prints the table of the results in --out without running anything.
@@ -115,7 +115,7 @@ def report(out: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", default="configs/ppo_pushcube.yaml")
+    ap.add_argument("--config", default="configs/ppo/ppo_pushcube.yaml")
     ap.add_argument("--seeds", type=int, default=5, help="seeds 0 .. N-1 per mode")
     ap.add_argument("--stale", type=int, default=1, metavar="K", help="train.max_staleness of the stale modes")
     ap.add_argument("--steps", type=int, default=122880, help="train.total_steps of every run")

@@ -20,7 +20,7 @@ per run and times the logging windows (a role's busy plus idle seconds in the hi
 iterations 1 to `--iterations`: each holds one update and one collect. The first window is the warm-up (with
 K > 0 it also holds the first K collects ahead) and the last K hold updates only (the drain).
 
-Usage: python benchmarks/bench_pipeline_recipe.py configs/rl_pushcube_flow_noise.yaml
+Usage: python benchmarks/bench_pipeline_recipe.py configs/rl/rl_pushcube_flow_noise.yaml
            [--iterations 3] [--repeats 2] [--stale K [--backend ray|local]] [--set policy.init_from=DIR ...]
 A VLA recipe starts from its SFT checkpoint (policy.init_from); its weights do not change
 the work per step, any checkpoint of the same architecture measures the same. The load
@@ -134,7 +134,7 @@ def stale(cfg: ExperimentConfig, args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("config", help="a recipe config (PPO), e.g. configs/rl_pushcube_flow_noise.yaml")
+    ap.add_argument("config", help="a recipe config (PPO), e.g. configs/rl/rl_pushcube_flow_noise.yaml")
     ap.add_argument("--iterations", type=int, default=3, help="timed iterations per run")
     ap.add_argument("--repeats", type=int, default=2, help="runs per mode (alternating)")
     ap.add_argument("--stale", type=int, default=0, metavar="K",

@@ -7,11 +7,11 @@
 `run` collects the demonstrations (embodied collect Reach, seeds 0..), starts the twin
 (`embodied robot-sim Reach --image-size 0`) and, with --operator, the scripted operator
 (`embodied robot-operator Reach`), on a loopback-only DDS domain, then runs
-`embodied finetune-robot configs/finetune_reach.yaml` (--config NAME for another, e.g.
+`embodied finetune-robot configs/finetune/finetune_reach.yaml` (--config NAME for another, e.g.
 finetune_reach_noop with --demos 20; actor and learner processes) with the overrides. Everything
 it starts is stopped at the end. The curve is run_dir/progress.jsonl.
 `plot` also takes finetune run_dirs themselves (e.g. the in-process residual runs of
-configs/finetune_reach_residual.yaml; --ylabel names what was evaluated).
+configs/finetune/finetune_reach_residual.yaml; --ylabel names what was evaluated).
 
     python benchmarks/bench_robot_rl.py verdicts runs/clf_s0 [runs/clf_s1 ...]
 
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
                                       stdout=open(out / "operator.log", "a"), stderr=subprocess.STDOUT))
     t0 = time.monotonic()
     try:
-        cmd = cli + ["finetune-robot", str(ROOT / "configs" / f"{args.config}.yaml"), f"run_dir={out / 'run'}",
+        cmd = cli + ["finetune-robot", str(ROOT / "configs" / "finetune" / f"{args.config}.yaml"), f"run_dir={out / 'run'}",
                      f"demos={demos}", f"actor.seed={args.seed}", f"learner.seed={args.seed}", *args.overrides]
         rc = subprocess.run(cmd, env=env).returncode
     finally:

@@ -61,7 +61,7 @@ def run_seed(recipes: list[str], seed: int, out: Path, demos: int, noise: float,
     for name in recipes:
         sft_name, rl_name = RECIPES[name]
         if sft_name not in sft_dirs:
-            sft = load_sft_config(CONFIGS / f"{sft_name}.yaml", [f"seed={seed}", "eval_every=0"])
+            sft = load_sft_config(CONFIGS / "sft" / f"{sft_name}.yaml", [f"seed={seed}", "eval_every=0"])
             data = out / f"data_{sft.task}_{'_'.join(sft.cameras)}_s{seed}"
             if not (data / "meta" / "info.json").is_file():
                 collect_demos(sft.task, demos, data, seed=100_000 * (seed + 1), obs_mode="rgb",
@@ -82,7 +82,7 @@ def run_seed(recipes: list[str], seed: int, out: Path, demos: int, noise: float,
             overrides.append(f"train.total_steps={rl_steps}")
         overrides += list(rl_overrides)
         t0 = time.time()
-        summary = train(load_config(CONFIGS / f"{rl_name}.yaml", overrides))
+        summary = train(load_config(CONFIGS / "rl" / f"{rl_name}.yaml", overrides))
         results[name] = {"sft": summary["success_before"], "rl": summary["success_after"],
                          "curve": summary["eval_curve"], "minutes": (time.time() - t0) / 60}
         print(f"seed {seed} {name}: {results[name]['sft']:.2f} -> {results[name]['rl']:.2f} "

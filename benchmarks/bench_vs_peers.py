@@ -45,7 +45,7 @@ from embodied.config import load_config  # noqa: E402
 from embodied.eval.evaluate import evaluate  # noqa: E402
 from embodied.rl.learner import PPOLearner  # noqa: E402
 from embodied.rl.rollout import RolloutCollector  # noqa: E402
-from embodied.rl.train import build_env, eval_seeds  # noqa: E402
+from embodied.rl.loop_parts import build_env, eval_seeds  # noqa: E402
 from policies.registry import build_policy  # noqa: E402
 from sims.registry import make_env  # noqa: E402
 
@@ -56,7 +56,7 @@ T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 
 
 # framework -> variant -> settings. The first variant of each is the recommended one.
 VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
-    # our recipe (configs/ppo_<task>.yaml: reward scaling, 5 epochs x 8 minibatches; PickCube's
+    # our recipe (configs/ppo/ppo_<task>.yaml: reward scaling, 5 epochs x 8 minibatches; PickCube's
     # also no value clip and an initial action std of 1.0), and PPOConfig's defaults (no reward
     # scaling, 5 x 4), the recipe before 2026-11-24
     "ours": {"recipe": {}, "defaults_5x4": {"ppo.normalize_rewards": False, "ppo.epochs": 5,
@@ -88,8 +88,8 @@ def run_ours(task: str, seed: int, settings: dict[str, Any]) -> tuple[Callable, 
     """Our recipe, driven by a loop mirroring embodied/rl/train.py."""
     overrides = [f"env.task={task}", f"env.num_envs={NUM_ENVS}", f"env.num_threads={ENV_THREADS}",
                  f"ppo.rollout_steps={ROLLOUT}", f"train.seed={seed}"] + [f"{k}={v}" for k, v in settings.items()]
-    recipe = ROOT / "configs" / f"ppo_{task.lower()}.yaml"  # ppo_pushcube.yaml, ppo_pickcube.yaml
-    cfg = load_config(recipe if recipe.exists() else ROOT / "configs" / "ppo_pushcube.yaml", overrides)
+    recipe = ROOT / "configs" / "ppo" / f"ppo_{task.lower()}.yaml"  # ppo/ppo_pushcube.yaml, ppo/ppo_pickcube.yaml
+    cfg = load_config(recipe if recipe.exists() else ROOT / "configs" / "ppo" / "ppo_pushcube.yaml", overrides)
     torch.manual_seed(seed)
     env = build_env(cfg.env)
     policy = build_policy(cfg.policy, env.spec)

@@ -66,7 +66,8 @@ def main() -> None:
     args = p.parse_args()
 
     from embodied.data.collect_policy import collect_policy_rollouts
-    from embodied.rl.train import build_algorithm, config_from_checkpoint, eval_seeds
+    from embodied.rl.train import build_algorithm
+    from embodied.rl.loop_parts import config_from_checkpoint, eval_seeds
     from sims.world_model.checkpoint import load_world_model
     from sims.world_model.env import WorldModelVecEnv
 

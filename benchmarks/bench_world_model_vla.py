@@ -1,7 +1,7 @@
 """The flow VLA trained inside an image world model (issue 22): does Flow-Noise PPO inside the
 model lift the VLA's success in the simulator?
 
-The RL recipe (--config, e.g. configs/rl_pushcube_flow_noise.yaml: Flow-Noise, token-level
+The RL recipe (--config, e.g. configs/rl/rl_pushcube_flow_noise.yaml: Flow-Noise, token-level
 log-probs, the privileged critic) starts from an SFT'd VLA (--sft) and trains on `wm:--wm`
 only, with the model's cameras at its image size. Every --eval-every iterations, the
 deterministic policy plays the same --seeds evaluation starts (seeds 1_000_000 + i) in the
@@ -13,7 +13,7 @@ model's data, and the model continues from its weights on all of it (bench_world
 With --prime the start policy's rollouts (seeds 2_000_000 + i) join first, before any PPO.
 
   python benchmarks/bench_world_model_vla.py --wm runs/wm_rgb --sft runs/sft_flow/final \\
-      --config configs/rl_pushcube_flow_noise.yaml --steps-per-round 51200 --eval-every 8 \\
+      --config configs/rl/rl_pushcube_flow_noise.yaml --steps-per-round 51200 --eval-every 8 \\
       --reward-mode task --work runs/wm_vla --out wm_vla.json
 """
 
@@ -44,7 +44,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--wm", required=True, help="an image world model (trained with the recipe's cameras)")
     p.add_argument("--sft", required=True, help="the SFT'd VLA to start from (a policy folder)")
-    p.add_argument("--config", default="configs/rl_pushcube_flow_noise.yaml", help="the RL recipe")
+    p.add_argument("--config", default="configs/rl/rl_pushcube_flow_noise.yaml", help="the RL recipe")
     p.add_argument("--rounds", type=int, default=1, help="1: no model updates; > 1: Dyna rounds")
     p.add_argument("--steps-per-round", type=int, default=51200)
     p.add_argument("--eval-every", type=int, default=8, help="iterations between evaluations")
@@ -67,7 +67,8 @@ def main() -> None:
     from embodied.run.checkpoint import save_checkpoint
     from embodied.data.collect_policy import collect_policy_rollouts
     from embodied.config import load_config, to_dict
-    from embodied.rl.train import build_algorithm, eval_seeds
+    from embodied.rl.train import build_algorithm
+    from embodied.rl.loop_parts import eval_seeds
     from policies.registry import build_policy
     from sims.world_model.checkpoint import load_world_model
     from sims.world_model.env import WorldModelVecEnv

@@ -15,18 +15,7 @@ from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
-
-
-def _find_config(name: str) -> Path:
-    """A config path, or the name of a file in configs/ (with or without .yaml)."""
-    path = Path(name)
-    if path.is_file():
-        return path
-    for cand in (CONFIG_DIR / name, CONFIG_DIR / f"{name}.yaml"):
-        if cand.is_file():
-            return cand
-    return path  # load_config reports it missing
+from embodied.config_loader import config_names, find_config  # noqa: E402  (imports nothing heavy)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -35,11 +24,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     resume = None
     if args.resume:
-        from embodied.rl.train import resume_config
+        from embodied.rl.loop_parts import resume_config
 
         cfg, resume = resume_config(args.resume, args.overrides)
     else:  # no CONFIG: the defaults of embodied/config.py
-        cfg = load_config(_find_config(args.config) if args.config else None, args.overrides)
+        cfg = load_config(find_config(args.config) if args.config else None, args.overrides)
     from embodied.run.stop import no_empty_dirs
 
     with no_empty_dirs(cfg.train.run_dir):
@@ -47,7 +36,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(f"success rate before training: {summary['success_before']:.2f}")
     print(f"success rate after training:  {summary.get('success_after', float('nan')):.2f}")
     print(f"checkpoint:  {summary.get('checkpoint')}")
-    print(f"tensorboard: {summary['tensorboard']}  (tensorboard --logdir {summary['tensorboard']})")
+    print(f"tensorboard: {summary['tensorboard']}  (.venv/bin/tensorboard --logdir {summary['tensorboard']})")
     if summary.get("video"):
         print(f"video:       {summary['video']}")
     return 0
@@ -55,7 +44,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from embodied.eval.evaluate import evaluate
-    from embodied.rl.train import build_env, eval_seeds, load_trained
+    from embodied.rl.loop_parts import build_env, eval_seeds, load_trained
     from policies.base import check_fits
 
     ckpt, cfg, policy = load_trained(args.checkpoint, args.overrides)
@@ -146,7 +135,7 @@ def cmd_sim2real(args: argparse.Namespace) -> int:
 def cmd_finetune_robot(args: argparse.Namespace) -> int:
     from embodied.robot_rl.run import cmd_finetune_robot as run
 
-    args.config = str(_find_config(args.config))
+    args.config = str(find_config(args.config))
     return run(args)
 
 
@@ -161,7 +150,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     print("tasks:   " + ", ".join(list_tasks()))
     print("maniskill tasks (the maniskill extra, docs/maniskill.md): " + ", ".join(MANISKILL_TASK_NAMES))
-    print("configs: " + ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))))
+    print("configs: " + ", ".join(config_names()))
     return 0
 
 
@@ -260,7 +249,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 # Errors a handler reports as "embodied CMD: error: ..." with exit status 2 (module, class).
-USER_ERRORS = (("embodied.config", "ConfigError"), ("sims.vecenv", "EnvError"),
+USER_ERRORS = (("embodied.config_loader", "ConfigError"), ("sims.vecenv", "EnvError"),
                ("policies.base", "PolicyLoadError"), ("embodied.run.checkpoint", "CheckpointError"),
                ("embodied.data.dataset", "DatasetError"), ("embodied.eval.report", "ReportError"),
                ("embodied.eval.stats", "StatsError"),

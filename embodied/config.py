@@ -2,26 +2,22 @@
 
 A config file is a nested mapping whose sections match `ExperimentConfig`'s
 fields. `load_config(path, ["ppo.lr=1e-3", "env.num_envs=64"])` returns a fully
-typed, validated `ExperimentConfig`. Any unknown key or badly typed value raises
+typed, validated `ExperimentConfig` (read and typed by embodied/config_loader.py, the
+loader every command shares). Any unknown key or badly typed value raises
 `ConfigError` with one line naming the key and what is allowed; nothing is
 rewritten after loading.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
+from embodied.config_loader import ConfigError, apply_overrides, from_dict, load_mapping
 
-
-class ConfigError(ValueError):
-    """A bad config key or value; the message is one line."""
+__all__ = ["ConfigError", "ExperimentConfig", "load_config", "config_from_dict", "to_dict"]
 
 
 @dataclass
@@ -112,7 +108,7 @@ class GRPOConfig:
 
 @dataclass
 class TrainConfig:
-    algorithm: Literal["ppo", "grpo"] = "ppo"
+    algorithm: str = "ppo"  # a name in embodied/rl/registry.py: ppo, grpo
     seed: int = 0
     total_steps: int = 1_000_000  # env steps, summed over envs
     run_dir: str = "runs/default"
@@ -145,30 +141,14 @@ class ExperimentConfig:
 
 
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> ExperimentConfig:
-    """Read a YAML file (or the defaults when path is None), apply key=value overrides."""
-    raw: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {path}")
-        try:
-            raw = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping of sections")
-    return config_from_dict(raw, overrides)
+    """Read a YAML file (or the defaults when path is None), apply key=value overrides
+    (embodied/config_loader.py)."""
+    return config_from_dict(load_mapping(path, overrides))
 
 
 def config_from_dict(raw: dict[str, Any], overrides: list[str] = ()) -> ExperimentConfig:
     """Validate a nested mapping (e.g. a checkpoint's saved config) plus overrides."""
-    raw = copy.deepcopy(raw)
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"override {item!r}: expected key=value, e.g. ppo.lr=1e-3")
-        _set_dotted(raw, key.strip(), yaml.safe_load(value))
-    cfg = from_dict(ExperimentConfig, raw)
+    cfg = from_dict(ExperimentConfig, apply_overrides(raw, overrides))
     _check_across_sections(cfg)
     _check_randomization(cfg.env)
     _check_roles(cfg)
@@ -236,19 +216,9 @@ def _check_randomization(env: EnvConfig) -> None:
 
 def _check_across_sections(cfg: ExperimentConfig) -> None:
     """Constraints that tie two sections together; one-line ConfigError."""
-    if cfg.train.algorithm == "grpo":
-        G = cfg.grpo.group_size
-        if G < 2 or cfg.env.num_envs % G:
-            raise ConfigError(f"grpo.group_size: env.num_envs={cfg.env.num_envs} must be a multiple of "
-                              f"group_size={G} (>= 2)")
-        if not 0.0 <= cfg.grpo.filter_low < cfg.grpo.filter_high <= 1.0:
-            raise ConfigError(f"grpo.filter_low/filter_high: need 0 <= low < high <= 1, got "
-                              f"{cfg.grpo.filter_low}, {cfg.grpo.filter_high}")
-        if cfg.ppo.reward_level != "chunk":
-            raise ConfigError("ppo.reward_level: GRPO scores whole episodes; use chunk (action needs PPO's critic)")
-        if cfg.ppo.normalize_rewards:
-            raise ConfigError("ppo.normalize_rewards: PPO only; GRPO normalises its returns within each group "
-                              "(grpo.normalize_std)")
+    from embodied.rl.registry import algorithm
+
+    algorithm(cfg.train.algorithm).check(cfg)
     if (cfg.ppo.reward_level == "action" and cfg.policy.name in ("flow_vla", "ar_vla", "oft_vla")
             and cfg.policy.critic_obs is None):
         raise ConfigError("policy.critic_obs: ppo.reward_level=action needs a fresh per-action value head; "
@@ -257,78 +227,3 @@ def _check_across_sections(cfg: ExperimentConfig) -> None:
 
 def to_dict(cfg: Any) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
-
-
-def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
-    """Build dataclass `cls` from a mapping, checking every key and value type."""
-    if not isinstance(data, dict):
-        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {data!r}")
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    kwargs = {}
-    for key, value in data.items():
-        if key not in names:
-            raise ConfigError(f"unknown config key '{prefix}{key}'; allowed: {', '.join(names)}")
-        kwargs[key] = _coerce(hints[key], value, f"{prefix}{key}")
-    return cls(**kwargs)
-
-
-def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
-    parts = key.split(".")
-    node = raw
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-        if not isinstance(node, dict):
-            raise ConfigError(f"override '{key}': '{part}' is not a section")
-    node[parts[-1]] = value
-
-
-def _coerce(tp: Any, value: Any, key: str) -> Any:
-    """Check `value` against type `tp`; return it (ints widen to floats)."""
-    origin = typing.get_origin(tp)
-    if dataclasses.is_dataclass(tp):
-        return from_dict(tp, value, key + ".")
-    if origin is Literal:
-        allowed = typing.get_args(tp)
-        if value not in allowed:
-            raise ConfigError(f"{key}: {value!r} is not allowed; choose one of {', '.join(map(str, allowed))}")
-        return value
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        for tp_i in inner[:-1]:  # str | dict: the first type that fits
-            try:
-                return _coerce(tp_i, value, key)
-            except ConfigError:
-                pass
-        try:
-            return _coerce(inner[-1], value, key)
-        except ConfigError:
-            if len(inner) == 1:
-                raise
-        names = " or ".join("mapping" if typing.get_origin(a) is dict else getattr(a, "__name__", str(a))
-                            for a in inner)
-        raise ConfigError(f"{key}: expected {names}, got {value!r}")
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
-        return value
-    if origin is list:
-        (item_tp,) = typing.get_args(tp)
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key}: expected a list, got {value!r}")
-        return [_coerce(item_tp, v, f"{key}[{i}]") for i, v in enumerate(value)]
-    if tp is float and isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if tp is int and isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if tp in (str, bool) and isinstance(value, tp):
-        return value
-    raise ConfigError(f"{key}: expected {getattr(tp, '__name__', tp)}, got {value!r}")

@@ -25,7 +25,8 @@ from typing import Any
 
 import torch
 
-from embodied.config import ConfigError, config_from_dict, from_dict
+from embodied.config import config_from_dict
+from embodied.config_loader import ConfigError, find_config, from_dict, load_mapping
 
 
 @dataclass
@@ -44,20 +45,9 @@ OWNED = {"sft": ("dataset", "run_dir"), "rl.policy": ("init_from",), "rl.train":
 
 def load_pipeline(path: str | Path, overrides: list[str] = ()) -> tuple[Path, CollectStage, Any, Any]:
     """(run_dir, collect, SFTConfig, ExperimentConfig) from a pipeline YAML; one-line errors."""
-    import yaml
-
-    from embodied.config import _set_dotted
     from embodied.imitation.sft import SFTConfig
 
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    raw = yaml.safe_load(path.read_text()) or {}
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"override {item!r}: expected key=value, e.g. rl.train.total_steps=20000")
-        _set_dotted(raw, key.strip(), yaml.safe_load(value))
+    raw = load_mapping(path, overrides, example="rl.train.total_steps=20000")
     unknown = sorted(set(raw) - {"run_dir", "collect", "sft", "rl"})
     if unknown:
         raise ConfigError(f"unknown pipeline section '{unknown[0]}'; allowed: run_dir, collect, sft, rl")
@@ -138,9 +128,7 @@ def run_pipeline(run_dir: Path, collect: CollectStage, sft_cfg: Any, rl_cfg: Any
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
-    from embodied.cli import _find_config
-
-    summary = run_pipeline(*load_pipeline(_find_config(args.config), args.overrides))
+    summary = run_pipeline(*load_pipeline(find_config(args.config), args.overrides))
     print(f"success after SFT (before RL): {summary['success_sft']:.2f}")
     print(f"success after RL:              {summary['success_rl']:.2f}   "
           f"({summary['eval_episodes']} fixed seeds, deterministic)")

@@ -21,9 +21,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from policies.names import PolicyLoadError, policy_class
 
-class PolicyLoadError(ValueError):
-    """A checkpoint directory that cannot be loaded; the message is one line."""
+__all__ = ["ActOutput", "Evaluation", "Policy", "PolicyLoadError"]
 
 
 @dataclass
@@ -109,8 +109,6 @@ class Policy(nn.Module, abc.ABC):
     @classmethod
     def from_pretrained(cls, path: str | Path, **config_overrides: Any) -> "Policy":
         """Load a directory written by save_pretrained, whatever its policy class; never downloads."""
-        from policies.registry import policy_class  # late: the registry names subclasses
-
         path = Path(path)
         cfg_file, weights = path / "config.json", path / "model.safetensors"
         if not cfg_file.is_file() or not weights.is_file():

@@ -1,31 +1,15 @@
-"""Policy classes by name, and building one from a config plus an env spec."""
+"""Building a policy from a config plus an env spec (the classes by name: policies/names.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import importlib
-
 from policies.base import Policy, PolicyLoadError, check_fits
 from policies.cnn import CNNActorCritic, CNNConfig
 from policies.mlp import MLPActorCritic, MLPConfig
+from policies.names import POLICIES, VLAS, policy_class
 
-# name -> "module:Class"; imported on first use, so the baselines never load transformers.
-POLICIES: dict[str, str] = {
-    "mlp": "policies.mlp:MLPActorCritic",
-    "cnn": "policies.cnn:CNNActorCritic",
-    "flow_vla": "policies.vla.flow:FlowVLA",
-    "ar_vla": "policies.vla.autoregressive:ARVLA",
-    "oft_vla": "policies.vla.pretrained.oft_policy:OFTVLA",  # OpenVLA-OFT's L1 head (docs/vla.md)
-}
-VLAS = ("flow_vla", "ar_vla", "oft_vla")
-
-
-def policy_class(name: str) -> type[Policy]:
-    if name not in POLICIES:
-        raise PolicyLoadError(f"unknown policy '{name}'; allowed: {', '.join(sorted(POLICIES))}")
-    module, cls = POLICIES[name].split(":")
-    return getattr(importlib.import_module(module), cls)
+__all__ = ["POLICIES", "VLAS", "policy_class", "build_policy", "build_mlp"]
 
 
 def build_mlp(cfg: Any, spec: Any) -> MLPActorCritic:

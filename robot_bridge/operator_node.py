@@ -24,8 +24,9 @@ import numpy as np
 
 from robot_bridge import ros_types as rt
 from robot_bridge.teleop import twist
-from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, make_transport
+from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS
 
+from robot_bridge.transport_factory import make_transport
 log = logging.getLogger("robot_bridge.operator")
 
 
@@ -53,7 +54,8 @@ class TakeoverRule:
 
     def __init__(self, task: str, window: int = 5, min_progress: float = 0.01, takeover: int = 5,
                  progress_key: str | None = None):
-        from sims.registry import expert_for, task_class
+        from sims.mujoco.tasks.registry import task_class
+        from sims.registry import expert_for
 
         self.expert = expert_for(task)
         layout = task_class(task).layout

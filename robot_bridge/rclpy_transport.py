@@ -1,4 +1,4 @@
-"""rclpy transport, where ROS 2 is installed (imported lazily by make_transport).
+"""rclpy transport, where ROS 2 is installed (imported lazily by transport_factory.make_transport).
 
 Messages stay rosbags dataclasses: publishers send rosbags' CDR bytes through rclpy's raw
 publish (`Publisher.publish(bytes)`), subscriptions are created with `raw=True` and decoded

@@ -34,7 +34,8 @@ import torch
 
 from robot_bridge import ros_types as rt
 from robot_bridge.safety import SafetyConfig, SafetyFilter
-from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, Received, Transport, make_transport
+from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, Received, Transport
+from robot_bridge.transport_factory import make_transport
 from sims.vecenv import EnvError, EnvSpec, Obs, Seed, StepResult, VecEnv
 
 RESETS, SUCCESSES, LAYOUTS = ("topic", "service", "operator"), ("topic", "classifier", "operator"), ("tabletop", "joints")

@@ -46,7 +46,8 @@ import torch
 
 from robot_bridge import ros_types as rt
 from robot_bridge.cli_args import robot_sim_arguments
-from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, QosProfile, make_transport
+from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, QosProfile
+from robot_bridge.transport_factory import make_transport
 from sims.mujoco.env import MujocoVecEnv
 from sims.vecenv import EnvError
 

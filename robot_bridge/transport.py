@@ -1,8 +1,8 @@
 """The transport interface: publish, subscribe, latest message with receive time, services.
 
 Two implementations: `DdsTransport` (cyclonedds + rosbags CDR, no ROS install needed) and
-`RclpyTransport` (where ROS 2 is installed). `make_transport("auto")` takes rclpy when it
-imports and DDS otherwise. Messages are rosbags message dataclasses (see ros_types.py);
+`RclpyTransport` (where ROS 2 is installed); robot_bridge/transport_factory.py's
+`make_transport("auto")` takes rclpy when it imports and DDS otherwise. Messages are rosbags message dataclasses (see ros_types.py);
 times are `time.monotonic()` seconds of this process.
 
 QoS as ROS 2 does it:
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import abc
 import logging
-import os
 import random
 import tempfile
 import threading
@@ -150,32 +149,6 @@ class Transport(abc.ABC):
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def rclpy_available() -> bool:
-    try:
-        import rclpy  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def make_transport(kind: str = "auto", domain_id: int | None = None, node_name: str = "embodied") -> Transport:
-    """kind: "dds", "rclpy", or "auto" (rclpy when `import rclpy` works, else dds).
-    domain_id: the ROS 2 domain (default: $ROS_DOMAIN_ID or 0)."""
-    if kind not in TRANSPORTS:
-        raise TransportError(f"transport: unknown {kind!r}; allowed: {', '.join(TRANSPORTS)}")
-    if domain_id is None:
-        domain_id = int(os.environ.get("ROS_DOMAIN_ID", "0") or 0)
-    if not 0 <= int(domain_id) <= 232:
-        raise TransportError(f"domain_id: expected an int in [0, 232], got {domain_id}")
-    if kind == "rclpy" or (kind == "auto" and rclpy_available()):
-        from robot_bridge.rclpy_transport import RclpyTransport
-
-        return RclpyTransport(int(domain_id), node_name)
-    from robot_bridge.dds import DdsTransport
-
-    return DdsTransport(int(domain_id), node_name)
 
 
 LOOPBACK_XML = (

@@ -1,4 +1,6 @@
-"""Task registry: make_env(task, num_envs, **kwargs), list_tasks(), expert_for(task)."""
+"""Env registry: make_env(task, num_envs, **kwargs), list_tasks(), expert_for(task) over every
+simulator (MuJoCo tasks by name, "ms:" ManiSkill3, "libero:" LIBERO, "wm:" world models).
+The MuJoCo tasks register themselves: sims/mujoco/tasks/registry.py."""
 
 from __future__ import annotations
 
@@ -9,37 +11,17 @@ if TYPE_CHECKING:
 
     from sims.vecenv import VecEnv
 
-# The MuJoCo tasks' names, so that list_tasks() (`embodied list`) imports neither MuJoCo nor
-# torch; tests/test_cli_startup.py checks it against the classes of _tasks().
-TASK_NAMES = ("Reach", "ReachPoint", "ReachColor", "PushCube", "PickCube", "PlaceCube")
 # sims.maniskill.tasks.names() without importing it (it imports torch); checked the same way.
 MANISKILL_TASK_NAMES = ("ms:PickCube-v1", "ms:PushCube-v1", "ms:StackCube-v1", "ms:PullCube-v1",
                         "ms:PegInsertionSide-v1")
 
 
-def _tasks() -> dict[str, type]:
-    from sims.mujoco.tasks.pick_cube import PickCube
-    from sims.mujoco.tasks.place_cube import PlaceCube
-    from sims.mujoco.tasks.push_cube import PushCube
-    from sims.mujoco.tasks.reach import Reach
-    from sims.mujoco.tasks.reach_color import ReachColor
-    from sims.mujoco.tasks.reach_point import ReachPoint
-
-    return {cls.name: cls for cls in (Reach, ReachPoint, ReachColor, PushCube, PickCube, PlaceCube)}
-
-
 def list_tasks() -> list[str]:
-    """Names of the registered tasks."""
-    return sorted(TASK_NAMES)
+    """Names of the MuJoCo tasks (registered in their own files: sims/mujoco/tasks/registry.py),
+    read without importing MuJoCo."""
+    from sims.mujoco.tasks.registry import task_names
 
-
-def task_class(task: str) -> type:
-    from sims.vecenv import EnvError
-
-    tasks = _tasks()
-    if task not in tasks:
-        raise EnvError(f"task: unknown task {task!r}; allowed: {', '.join(sorted(tasks))}")
-    return tasks[task]
+    return task_names()
 
 
 def make_env(task: str, num_envs: int, **kwargs: Any) -> VecEnv:
@@ -90,6 +72,8 @@ def make_env(task: str, num_envs: int, **kwargs: Any) -> VecEnv:
         return ManiSkillVecEnv(task, num_envs, **{k: v for k, v in kwargs.items() if v is not None})
     from sims.mujoco.env import MujocoVecEnv
 
+    from sims.mujoco.tasks.registry import task_class
+
     return MujocoVecEnv(task_class(task)(), num_envs, **kwargs)
 
 
@@ -111,4 +95,6 @@ def expert_for(task: str) -> Callable[[np.ndarray], np.ndarray]:
         from sims.maniskill.expert import expert_for as ms_expert_for
 
         return ms_expert_for(task)
+    from sims.mujoco.tasks.registry import task_class
+
     return task_class(task).expert

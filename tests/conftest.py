@@ -1,7 +1,14 @@
 import os
 import random
 import shutil
+import sys
 from pathlib import Path
+
+# Tests mirror the rooms (tests/<room>/test_*.py, basenames unique across rooms). A test may
+# import another room's test module for its helpers (tests/world_model/ uses
+# tests/sims/test_sims_contract.py's contract checks), so every room folder is importable.
+sys.path[1:1] = [str(d) for d in sorted(Path(__file__).resolve().parent.iterdir())
+                 if d.is_dir() and not d.name.startswith((".", "_"))]
 
 # No test reaches the network, and rendering is headless.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -1,5 +1,5 @@
 """Tiny synthetic pi0 checkpoints in the released formats, and pi0's forward built from the
-same transformers modules, for tests/test_pretrained_*.py.
+same transformers modules, for tests/policies/test_pretrained_*.py.
 
 The tensors come from transformers' own PaliGemma and Gemma classes (so every name is the
 one those classes produce, not one our loader chose), at openpi's "dummy" Gemma size and a

@@ -1,5 +1,5 @@
 """Tiny OpenVLA-OFT checkpoints in the released layout, and OFT's inference recomputed from the
-released tensors, for tests/test_pretrained_oft.py.
+released tensors, for tests/policies/test_pretrained_oft.py.
 
 The files are those OFT's fine-tuning script writes (Prismatic config.json, the VLA's safetensors
 in shards with their index, lora_adapter/ in PEFT's layout, action_head--*.pt and

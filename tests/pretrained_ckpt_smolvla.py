@@ -1,6 +1,6 @@
 """Tiny synthetic SmolVLA checkpoints in LeRobot's format, SmolVLA's inference built from the
 transformers modules, and a real-size SmolVLA's layout on the meta device, for
-tests/test_pretrained_smolvla.py and tests/test_pretrained_presets.py (companion of
+tests/policies/test_pretrained_smolvla.py and tests/policies/test_pretrained_presets.py (companion of
 pretrained_ckpt.py, whose tokenizer, statistics and processor writers it reuses)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Shared pieces of the suite's small RL learning checks (tests/test_rl_lift_*.py), also run
+"""Shared pieces of the suite's small RL learning checks (tests/rl/test_rl_lift_*.py), also run
 over several seeds by benchmarks/bench_learning_tests.py to set their thresholds.
 
-Each check is a pipeline config, configs/lift_*.yaml: expert demos, a short SFT of a tiny
+Each check is a pipeline config, configs/lift/lift_*.yaml: expert demos, a short SFT of a tiny
 VLA, then RL, evaluated on fixed held-out seeds (deterministic policy) before the first
 update and every few iterations. The demos and the SFT checkpoint depend only on the
 collect and sft sections and the seed, so checks that share them (the flow recipes) build
@@ -51,10 +51,10 @@ def sparse_eval(every: int) -> list[str]:
 
 def lift(name: str, seed: int, run_dir: Path, build_once: Callable | None = None,
          overrides: list[str] = ()) -> dict:
-    """Run configs/<name>.yaml with `seed` (demos, SFT and RL): {"before", "curve", "late",
+    """Run configs/lift/<name>.yaml with `seed` (demos, SFT and RL): {"before", "curve", "late",
     "lift"}. build_once(key, build) -> Path shares demos and SFT between checks (default: build
     them under run_dir)."""
-    _, collect, sft, rl = load_pipeline(CONFIGS / f"{name}.yaml", list(overrides))
+    _, collect, sft, rl = load_pipeline(CONFIGS / "lift" / f"{name}.yaml", list(overrides))
     key = hashlib.sha1(json.dumps([vars(collect), vars(sft), seed], sort_keys=True, default=str).encode()).hexdigest()
     build = _build_sft(collect, sft, seed)
     if build_once is None:

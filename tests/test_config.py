@@ -30,3 +30,19 @@ def test_bad_config_one_line(override, needle):
 def test_missing_file():
     with pytest.raises(ConfigError, match="config file not found"):
         load_config("does/not/exist.yaml")
+
+
+def test_find_config_by_folder_or_by_a_name_one_folder_holds(tmp_path, monkeypatch):
+    """configs/<kind>/NAME.yaml is found as "kind/NAME" and as "NAME" when only one kind folder
+    holds it; a name two folders hold is a one-line error, a missing one comes back as given."""
+    import embodied.config_loader as loader
+
+    for rel in ("ppo/a.yaml", "sft/b.yaml", "rl/b.yaml"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("{}\n")
+    monkeypatch.setattr(loader, "CONFIG_DIR", tmp_path)
+    assert loader.find_config("a") == loader.find_config("ppo/a") == loader.find_config("ppo/a.yaml") == tmp_path / "ppo/a.yaml"
+    with pytest.raises(ConfigError, match=r"^config 'b': rl/b.yaml and sft/b.yaml both match; give the folder"):
+        loader.find_config("b")
+    assert str(loader.find_config("nope")) == "nope"
+    assert loader.config_names() == ["ppo/a", "rl/b", "sft/b"]

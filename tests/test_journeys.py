@@ -26,11 +26,11 @@ CLI = [sys.executable, "-m", "embodied.cli"]
 SMALL_TRAIN = ["env.num_envs=4", "ppo.rollout_steps=8", "train.eval_episodes=2", "train.eval_every=1",
                "train.save_every=2", "train.progress=false", "train.video_episodes=1"]
 SMALL = {
-    "train configs/quickstart.yaml": ({}, [*SMALL_TRAIN, "train.total_steps=64"]),
+    "train configs/ppo/quickstart.yaml": ({}, [*SMALL_TRAIN, "train.total_steps=64"]),
     "collect Reach": ({"--episodes": lambda n: str(min(int(n), 4))}, []),
-    "sft configs/sft_reach_flow.yaml": ({}, ["steps=2", "batch_size=8", "eval_every=0", "eval_episodes=2",
+    "sft configs/sft/sft_reach_flow.yaml": ({}, ["steps=2", "batch_size=8", "eval_every=0", "eval_episodes=2",
                                              "eval_envs=2", "progress=false"]),
-    "train configs/rl_reach_flow_noise.yaml": ({}, ["env.num_envs=2", "ppo.rollout_steps=2", "train.total_steps=8",
+    "train configs/rl/rl_reach_flow_noise.yaml": ({}, ["env.num_envs=2", "ppo.rollout_steps=2", "train.total_steps=8",
                                                     "train.eval_episodes=2", "train.eval_every=1",
                                                     "train.progress=false", "train.video_episodes=0"]),
     "train --resume": ({}, ["train.total_steps=96"]),

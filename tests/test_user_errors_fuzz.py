@@ -33,7 +33,7 @@ def inputs(tmp_path_factory):
     """Good inputs the cases corrupt: a Reach state-PPO run, a Reach flow-VLA SFT, a Reach rgb
     dataset and a state one, a PushCube rgb dataset, a PushCube state world model."""
     d = tmp_path_factory.mktemp("inputs")
-    assert main(["train", "configs/ppo_reach.yaml", "env.num_envs=8", "ppo.rollout_steps=16", "train.eval_episodes=2",
+    assert main(["train", "configs/ppo/ppo_reach.yaml", "env.num_envs=8", "ppo.rollout_steps=16", "train.eval_episodes=2",
                  "train.save_every=1", "train.progress=false", "train.video_episodes=0", "train.total_steps=256",
                  f"train.run_dir={d / 'ppo'}"]) == 0
     for task, name, extra in (("Reach", "reach_rgb", ["--obs-mode", "rgb", "--cameras", "front,wrist"]),
@@ -41,7 +41,7 @@ def inputs(tmp_path_factory):
                               ("Reach", "reach_state", []), ("PushCube", "push_state", ["--noise", "0.3"])):
         assert main(["collect", task, "--episodes", "3" if task == "Reach" else "6", "--out", str(d / name),
                      *extra]) == 0
-    assert main(["sft", "configs/sft_reach_flow.yaml", f"dataset={d / 'reach_rgb'}", f"run_dir={d / 'sft'}",
+    assert main(["sft", "configs/sft/sft_reach_flow.yaml", f"dataset={d / 'reach_rgb'}", f"run_dir={d / 'sft'}",
                  "steps=2", "batch_size=8", "eval_every=0", "eval_episodes=0", "progress=false"]) == 0
     assert main(["world-model", "train", "world_model/pushcube", f"dataset={d / 'push_state'}", "epochs=1",
                  "hidden=16", "latent=8", "--out", str(d / "wm")]) == 0
@@ -89,28 +89,28 @@ CASES = [
         ["train", "--resume", str(w / "r"), "train.total_steps=512"])[1], ["no readable checkpoint"]),
     ("train/init-from-truncated", lambda i, w: (
         _truncate(_copy(i / "sft", w / "s") / "final" / "model.safetensors"),
-        ["train", "configs/rl_reach_flow_noise.yaml", f"policy.init_from={w / 's' / 'final'}", "env.num_envs=2",
+        ["train", "configs/rl/rl_reach_flow_noise.yaml", f"policy.init_from={w / 's' / 'final'}", "env.num_envs=2",
          f"train.run_dir={w / 'rl'}"])[1], ["model.safetensors"]),
     ("train/init-from-other-task", lambda i, w: [
-        "train", "configs/rl_pushcube_flow_noise.yaml", f"policy.init_from={i / 'sft' / 'final'}", "env.num_envs=2",
+        "train", "configs/rl/rl_pushcube_flow_noise.yaml", f"policy.init_from={i / 'sft' / 'final'}", "env.num_envs=2",
         f"train.run_dir={w / 'rl'}"], ["trained on task 'Reach'", "'PushCube'"]),
     ("train/world-model-truncated", lambda i, w: (
         _truncate(_copy(i / "wm", w / "wm") / "model.safetensors"),
-        ["train", "configs/quickstart.yaml", f"env.task=wm:{w / 'wm'}", "env.allow_failed_model=true",
+        ["train", "configs/ppo/quickstart.yaml", f"env.task=wm:{w / 'wm'}", "env.allow_failed_model=true",
          "env.num_envs=2", f"train.run_dir={w / 'rl'}"])[1], ["model.safetensors"]),
     ("train/state-world-model-video", lambda i, w: [
-        "train", "configs/quickstart.yaml", f"env.task=wm:{i / 'wm'}", "env.allow_failed_model=true",
+        "train", "configs/ppo/quickstart.yaml", f"env.task=wm:{i / 'wm'}", "env.allow_failed_model=true",
         "env.num_envs=2", "train.eval_episodes=2", f"train.run_dir={w / 'rl'}"], ["train.video_episodes"]),
-    ("sft/state-only-dataset", lambda i, w: ["sft", "configs/sft_reach_flow.yaml", f"dataset={i / 'reach_state'}",
+    ("sft/state-only-dataset", lambda i, w: ["sft", "configs/sft/sft_reach_flow.yaml", f"dataset={i / 'reach_state'}",
                                              f"run_dir={w / 'sft'}"], ["cameras", "state-only"]),
-    ("sft/other-task-dataset", lambda i, w: ["sft", "configs/sft_reach_flow.yaml", f"dataset={i / 'push_rgb'}",
+    ("sft/other-task-dataset", lambda i, w: ["sft", "configs/sft/sft_reach_flow.yaml", f"dataset={i / 'push_rgb'}",
                                              f"run_dir={w / 'sft'}"], ["PushCube", "task="]),
     ("sft/init-from-other-task", lambda i, w: [
-        "sft", "configs/sft_reach_flow.yaml", f"dataset={i / 'push_rgb'}", "task=PushCube",
+        "sft", "configs/sft/sft_reach_flow.yaml", f"dataset={i / 'push_rgb'}", "task=PushCube",
         f"init_from={i / 'sft' / 'final'}", f"run_dir={w / 'sft'}"], ["init_from", "'Reach'"]),
     ("sft/init-from-truncated", lambda i, w: (
         _truncate(_copy(i / "sft", w / "s") / "final" / "model.safetensors"),
-        ["sft", "configs/sft_reach_flow.yaml", f"dataset={i / 'reach_rgb'}", f"init_from={w / 's' / 'final'}",
+        ["sft", "configs/sft/sft_reach_flow.yaml", f"dataset={i / 'reach_rgb'}", f"init_from={w / 's' / 'final'}",
          f"run_dir={w / 'sft'}"])[1], ["model.safetensors"]),
     ("collect/policy-other-task", lambda i, w: ["collect", "PushCube", "--policy", str(i / "ppo"), "--episodes", "1",
                                                 "--out", str(w / "d")], ["'Reach'"]),

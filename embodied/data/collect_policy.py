@@ -35,7 +35,7 @@ def collect_policy_rollouts(checkpoint: str | Path, episodes: int, out: str | Pa
     images while a state policy acts). Env k of batch j starts from seed + j * num_envs + k.
     Actions are sampled from the policy unless `deterministic`."""
     from embodied.run.checkpoint import resolve_checkpoint
-    from embodied.rl.train import build_env, config_from_checkpoint
+    from embodied.rl.loop_parts import build_env, config_from_checkpoint
     from policies.base import Policy, check_fits
 
     if not isinstance(episodes, int) or episodes <= 0:

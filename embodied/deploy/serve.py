@@ -23,9 +23,10 @@ from robot_bridge.cli_args import serve_arguments
 from robot_bridge.recorder import RecordingEnv
 from robot_bridge.robot_env import RobotEnv, RobotEnvConfig
 from robot_bridge.safety import SafetyConfig
-from robot_bridge.transport import COMMAND_QOS, make_transport
+from robot_bridge.transport import COMMAND_QOS
 
 
+from robot_bridge.transport_factory import make_transport
 def robot_config_for(cfg: Any, namespace: str = "", control_hz: float = 20.0, transport: str = "auto",
                      domain_id: int | None = None) -> RobotEnvConfig:
     """The RobotEnv topics a checkpoint's policy needs (the sim robot node's topic names)."""
@@ -50,7 +51,7 @@ def serve(checkpoint: str | Path, episodes: int = 10, namespace: str = "", contr
           deterministic: bool = True) -> dict[str, Any]:
     """Run `episodes` episodes (0: until interrupted) of the checkpoint's policy on the robot."""
     from embodied.run.checkpoint import resolve_checkpoint
-    from embodied.rl.train import config_from_checkpoint, eval_seeds
+    from embodied.rl.loop_parts import config_from_checkpoint, eval_seeds
     from policies.base import Policy
 
     ckpt = resolve_checkpoint(checkpoint)
@@ -117,7 +118,7 @@ if __name__ == "__main__":
 
     os.environ.setdefault("MUJOCO_GL", "egl")
     from embodied.run.checkpoint import CheckpointError
-    from embodied.config import ConfigError
+    from embodied.config_loader import ConfigError
     from policies.base import PolicyLoadError
     from sims.vecenv import EnvError
 

@@ -1,7 +1,7 @@
 """The synchronous training loop over roles: collect on the rollout role's weights, update on
 the learner(s), push the new weights (with their version) to the rollout role. The same loop
 runs with `backend: local` (one process) and `backend: ray` (actors); with a fixed seed both
-give identical weights (tests/test_distributed_roles.py).
+give identical weights (tests/distributed/test_distributed_roles.py).
 
 `train_roles` is the Python API (a fixed number of iterations, optionally up to k versions stale);
 `embodied train` with train.backend / train.placement runs embodied/distributed/trainer.py,
@@ -21,10 +21,9 @@ import torch
 
 from embodied.config import ExperimentConfig, with_stale_defaults
 from embodied.distributed.backend import make_backend
-from embodied.distributed.sharded_rollout import ShardedCollector
-from embodied.distributed.sharded_episodes import GroupedCollector
 from embodied.distributed.placement import Placement, PlacementError
 from embodied.distributed.roles import EnvWorker, LearnerWorker, RolloutWorker
+from embodied.rl.registry import algorithm
 from embodied.run.logger import Logger
 
 
@@ -54,7 +53,8 @@ def make_learners(cfg: ExperimentConfig, placement: Placement, backend: Any, spe
 def build_roles(cfg: ExperimentConfig, placement: Placement, backend: Any,
                 learner_thread: bool = False) -> tuple[Any, list[Any]]:
     """Env workers, the rollout role and the learner(s) on `backend`; -> (collector, learners):
-    a ShardedCollector for PPO, a GroupedCollector (whole episodes in groups) for GRPO.
+    the sharded collector of cfg.train.algorithm (embodied/rl/registry.py: PPO's ShardedCollector,
+    GRPO's GroupedCollector of whole episodes in groups).
     learner_thread (backend local): the learner runs its calls on a thread of its own, so that
     an update overlaps the driver's next collection (k >= 1); Ray's actors ignore it."""
     sizes = shard_sizes(cfg.env.num_envs, placement.env.count)
@@ -69,11 +69,8 @@ def build_roles(cfg: ExperimentConfig, placement: Placement, backend: Any,
     spec = dataclasses.replace(spec, num_envs=cfg.env.num_envs)
     rollout = backend.create(RolloutWorker, placement.rollout, cfg, spec, cfg.train.seed)
     learners = make_learners(cfg, placement, backend, spec, learner_thread)
-    if cfg.train.algorithm == "grpo":
-        return GroupedCollector(backend, workers, sizes, rollout, cfg.grpo.group_size, make_worker,
-                                placement.stages), learners
-    collector = ShardedCollector(backend, workers, sizes, rollout, cfg.ppo.rollout_steps, placement.stages,
-                                 make_worker)
+    collector = algorithm(cfg.train.algorithm).sharded_collector(cfg, backend, workers, sizes, rollout, make_worker,
+                                                                 placement.stages)
     return collector, learners
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from embodied.config import ConfigError
+from embodied.config_loader import ConfigError
 
 ROLES = ("env", "rollout", "learner")
 PRESETS = ("collocated", "disaggregated", "pipelined")

@@ -104,7 +104,7 @@ class EnvWorker(Role):
     Resets are seeded per env as the full batch's would be (env i gets seed + i)."""
 
     def __init__(self, env_cfg: EnvConfig, start: int, num_envs: int, threads: int = 1):
-        from embodied.rl.train import build_env  # late: train imports the whole stack
+        from embodied.rl.loop_parts import build_env  # late: only env workers load the simulators
 
         self.start, self.num_envs = start, num_envs
         self.env = build_env(dataclasses.replace(env_cfg, num_threads=threads), num_envs)
@@ -200,14 +200,13 @@ class LearnerWorker(Role):
 
     def __init__(self, cfg: ExperimentConfig, spec: EnvSpec, seed: int, threads: int = 1,
                  rank: int = 0, world_size: int = 1, master: str = "127.0.0.1:29500"):
-        from embodied.rl.learner import GRPOLearner, PPOLearner
+        from embodied.rl.registry import algorithm
 
         torch.set_num_threads(threads)
         self.policy = build_role_policy(cfg, spec, seed)
-        self.learner = (GRPOLearner(self.policy, cfg.ppo, cfg.grpo) if cfg.train.algorithm == "grpo"
-                        else PPOLearner(self.policy, cfg.ppo))
+        self.algorithm = algorithm(cfg.train.algorithm)
+        self.learner = self.algorithm.learner(cfg, self.policy)
         self.rank, self.world_size, self.version = rank, world_size, 0
-        self.grouped = cfg.train.algorithm == "grpo"
         if world_size > 1:
             from embodied.distributed.data_parallel import DataParallel
 
@@ -226,13 +225,8 @@ class LearnerWorker(Role):
         """One update on a Trajectory [T, B] (a rank takes its slice of B); the normaliser then
         sees the whole batch, as in train.py. Bumps the weight version."""
         batch = traj
-        if self.world_size > 1:
-            from embodied.distributed.data_parallel import grpo_shard, shard_trajectory
-
-            if self.grouped:  # whole groups, the gradient weighed by the rank's episodes
-                batch, self.dp.share = grpo_shard(traj, self.learner.grpo, self.rank, self.world_size)
-            else:
-                batch = shard_trajectory(traj, self.rank, self.world_size)
+        if self.world_size > 1:  # the algorithm's slice (GRPO: whole groups, weighed by their episodes)
+            batch, self.dp.share = self.algorithm.shard(traj, self.learner, self.rank, self.world_size)
         stats = self.learner.update(batch)
         self.policy.update_normalizer(traj.obs)
         self.version += 1

@@ -116,7 +116,7 @@ def lost_learner(error: BaseException, restarted: int, budget: int, ckpt: Path |
 def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, Any]:
     """embodied/rl/train.py's train() for a config with train.backend / train.placement set: the
     same summary, checkpoints, TensorBoard sections and evaluation."""
-    from embodied.rl.train import build_env, end_iteration, eval_seeds, save_iteration  # late: train.py imports this lazily
+    from embodied.rl.loop_parts import build_env, end_iteration, eval_seeds, save_iteration  # at call time: tests patch end_iteration
     from embodied.run.stop import stoppable
 
     tc = cfg.train

@@ -130,7 +130,7 @@ def write_folder(out: str | Path, task: str, inits: int, episodes: list[dict], i
     import json
 
     from embodied.eval.report import write_report, write_results
-    from embodied.eval.sim2real import versions
+    from embodied.eval.candidates import versions
 
     suite, _ = parse_name(task)
     toolkit, _ = versions()
@@ -167,8 +167,8 @@ def run_checkpoints(checkpoints: list[str], task: str, out: str | Path, inits: i
                     num_envs: int = 10, log: Callable[[str], None] = print) -> Path:
     """`embodied sim2real CKPT... --task libero:...`: each checkpoint (trained on `task`) in its
     own observation setup (state, privileged or cameras), on every task of `task`."""
-    from embodied.eval.sim2real import load_checkpoints
-    from embodied.rl.train import build_env
+    from embodied.eval.candidates import load_checkpoints
+    from embodied.rl.loop_parts import build_env
 
     tasks_of(task)  # the name is checked before any checkpoint loads
     cks = load_checkpoints(checkpoints, task)

@@ -1,6 +1,6 @@
 """`embodied sim2real CHECKPOINT... --task T [--twin PRESET | --robot FILE] [--sweep FILE] --out DIR`.
 
-Every checkpoint is evaluated on the same seeds (embodied.rl.train.eval_seeds: the seeds of
+Every checkpoint is evaluated on the same seeds (embodied.rl.loop_parts.eval_seeds: the seeds of
 `embodied eval` and `embodied serve`), one episode per seed, deterministic actions:
   nominal        simulation without randomisation, batched (--num-envs envs at once);
   <knob>=<v>     simulation with one knob fixed at v, for each value of each axis of the sweep
@@ -19,46 +19,18 @@ import dataclasses
 import hashlib
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from embodied.eval.candidates import Checkpoint, load_checkpoints, versions
 from embodied.run.stop import command_line
 from embodied.eval.sim2real_robot import Sim2RealError, Twin, observed_cameras, robot_config_from_file, run_robot
 
 SUCCESS = ("the task's success predicate (sims/mujoco/tasks/; ManiSkill's `success`) holds at some control step; "
            "the episode ends there (terminated) or after the task's max_episode_steps (a failure)")
 RUN_SIZE = 10  # consecutive evaluation seeds per run: the unit of the IQM's bootstrap
-
-
-@dataclass
-class Checkpoint:
-    label: str  # unique name in the report: <run dir>/<checkpoint>
-    path: Path
-    cfg: Any  # ExperimentConfig the checkpoint was trained with
-    policy: Any
-
-
-def load_checkpoints(paths: list[str], task: str) -> list[Checkpoint]:
-    from embodied.run.checkpoint import resolve_checkpoint
-    from embodied.rl.train import config_from_checkpoint
-    from policies.base import Policy
-
-    out = []
-    for p in paths:
-        ckpt = resolve_checkpoint(p)
-        cfg = config_from_checkpoint(ckpt)
-        label = f"{ckpt.parent.parent.name}/{ckpt.name}" if ckpt.parent.name == "checkpoints" else ckpt.name
-        if cfg.env.task != task:
-            raise Sim2RealError(f"--task: {task!r} does not match checkpoint {label}'s task {cfg.env.task!r}")
-        if any(c.label == label for c in out):
-            raise Sim2RealError(f"CHECKPOINT: {label} is given twice")
-        policy = Policy.from_pretrained(ckpt / "policy")
-        policy.eval()
-        out.append(Checkpoint(label, ckpt, cfg, policy))
-    return out
 
 
 def _view(ck: Checkpoint) -> tuple:
@@ -128,7 +100,7 @@ def conditions_of(sweep: dict[str, list[float]], robot: str | None) -> dict[str,
 
 def sim_env(ck: Checkpoint, cond: dict, num_envs: int) -> Any:
     """The checkpoint's own observation setup; no randomisation, or the one swept knob fixed."""
-    from embodied.rl.train import build_env
+    from embodied.rl.loop_parts import build_env
 
     block = None
     if cond["kind"] == "sweep":
@@ -163,25 +135,9 @@ def first_failure_video(ck: Checkpoint, cond: dict, seed: int, path: Path) -> Pa
         env.close()
 
 
-def versions(task: str = "") -> tuple[str, dict[str, str]]:
-    from importlib import metadata
-
-    import mujoco
-    import torch
-
-    try:
-        toolkit = metadata.version("embodied-rl")
-    except metadata.PackageNotFoundError:
-        toolkit = "unknown"
-    sims = {"mujoco": mujoco.__version__, "torch": torch.__version__}
-    if task.startswith("ms:"):
-        sims.update({name: metadata.version(name) for name in ("mani_skill", "sapien")})
-    return toolkit, sims
-
-
 def protocol_of(cks: list[Checkpoint], task: str, seeds: list[int], sweep: dict, robot: dict | None,
                 chunk: dict[str, int], num_envs: int) -> dict:
-    from embodied.rl.train import build_env
+    from embodied.rl.loop_parts import build_env
 
     spec_env = build_env(dataclasses.replace(cks[0].cfg.env, randomization=None, reality=None), 1)
     control_hz, max_steps = spec_env.spec.control_hz, spec_env.spec.max_episode_steps
@@ -215,7 +171,7 @@ def sim2real(checkpoints: list[str], task: str, out: str | Path, trials: int = 1
              log=print) -> Path:
     """Evaluate, write out/results.json and out/report.md; returns the report's path."""
     from embodied.eval.report import write_report, write_results
-    from embodied.rl.train import eval_seeds
+    from embodied.rl.loop_parts import eval_seeds
     from sims.mujoco.randomization import RandomizationError, load_preset
 
     if trials < 1 or num_envs < 1:

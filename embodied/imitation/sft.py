@@ -26,7 +26,7 @@ from typing import Any, Callable, Literal
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from embodied.config import ConfigError, from_dict
+from embodied.config_loader import ConfigError, from_dict, load_mapping
 
 
 @dataclass
@@ -66,20 +66,7 @@ class SFTConfig:
 
 def load_sft_config(path: str | Path, overrides: list[str] = ()) -> SFTConfig:
     """YAML file (a flat mapping of SFTConfig fields) plus key=value overrides; one-line errors."""
-    import yaml
-
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    raw = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping of SFT settings")
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"override {item!r}: expected key=value, e.g. lr=1e-4")
-        raw[key.strip()] = yaml.safe_load(value)
-    cfg = from_dict(SFTConfig, raw)
+    cfg = from_dict(SFTConfig, load_mapping(path, overrides, what="SFT settings", example="lr=1e-4"))
     for key in ("max_minutes", "label_sigma"):
         if getattr(cfg, key) < 0:
             raise ConfigError(f"{key}: {getattr(cfg, key)} must be >= 0 (0: off)")
@@ -273,9 +260,10 @@ def cmd_sft(args: argparse.Namespace) -> int:
     from embodied.data.lerobot import LeRobotDataset  # written alongside; the LeRobot v3 reader
     from sims.registry import make_env
 
+    from embodied.config_loader import find_config
     from embodied.run.stop import Stopped, command_line, no_empty_dirs
 
-    cfg = load_sft_config(args.config, args.overrides)
+    cfg = load_sft_config(find_config(args.config), args.overrides)
     if not cfg.dataset:
         raise ConfigError("dataset: set the LeRobot dataset root, e.g. dataset=data/reach")
     dataset = LeRobotDataset(cfg.dataset, chunk_size=cfg.chunk_size)

@@ -21,14 +21,16 @@ chunk's discounted TD errors).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from embodied.rl.algorithms import action_level_gae, gae, grpo_advantages, grpo_keep_mask, ppo_policy_loss, value_loss
-from embodied.config import GRPOConfig, PPOConfig
 from embodied.rl.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from embodied.config import GRPOConfig, PPOConfig
 from policies.normalizer import RunningNormalizer
 
 

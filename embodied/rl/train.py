@@ -4,163 +4,24 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
-from embodied.run.checkpoint import load_checkpoint, save_checkpoint
-from embodied.config import EnvConfig, ExperimentConfig, config_from_dict, to_dict
+from embodied.config import ExperimentConfig
 from embodied.eval.evaluate import EvalResult, evaluate
-from embodied.rl.episodes import GroupCollector
-from embodied.rl.learner import GRPOLearner, PPOLearner
-from embodied.rl.rollout import RolloutCollector
+from embodied.rl.loop_parts import build_env, end_iteration, eval_seeds, preflight, save_iteration
+from embodied.rl.registry import algorithm
+from embodied.run.checkpoint import load_checkpoint
 from embodied.run.logger import Logger
 from embodied.run.stop import StopFlag, stoppable
 from policies.registry import build_policy
-from sims.registry import make_env
 from sims.vecenv import VecEnv
 
-EVAL_SEED_BASE = 1_000_000  # evaluation seeds never overlap training seeds
-
-
-def build_env(cfg: EnvConfig, num_envs: int | None = None) -> VecEnv:
-    extra = {"cameras": tuple(cfg.cameras)} if cfg.obs_mode == "rgb" else {}
-    if cfg.rollout != "mean":
-        extra["rollout"] = cfg.rollout
-    if cfg.model_noise != 0.0:
-        extra["model_noise"] = cfg.model_noise
-    if cfg.allow_failed_model:
-        extra["allow_failed_model"] = True
-    return make_env(cfg.task, num_envs or cfg.num_envs, obs_mode=cfg.obs_mode, reward_mode=cfg.reward_mode,
-                    image_size=cfg.image_size, num_threads=cfg.num_threads,
-                    randomization=cfg.randomization, reality=cfg.reality, **extra)
-
-
-def eval_seeds(n: int) -> list[int]:
-    return list(range(EVAL_SEED_BASE, EVAL_SEED_BASE + n))
-
-
-def config_from_checkpoint(path: str | Path, overrides: list[str] = ()) -> ExperimentConfig:
-    """The config a checkpoint was trained with, with key=value overrides applied."""
-    _, meta, _ = load_checkpoint(path)
-    return config_from_dict(meta["config"], overrides)
-
-
-def load_trained(path: str | Path, overrides: list[str] = ()) -> tuple[Path, ExperimentConfig, Any]:
-    """(checkpoint dir, its config with overrides, its policy in eval mode) of a checkpoint, a
-    checkpoints/ folder or a run directory. The policy's record (what it was trained on) falls
-    back to the config's task for checkpoints written before records existed."""
-    from embodied.run.checkpoint import resolve_checkpoint
-    from policies.base import Policy
-
-    ckpt = resolve_checkpoint(path)
-    _, meta, _ = load_checkpoint(ckpt)
-    cfg = config_from_dict(meta["config"], overrides)
-    policy = Policy.from_pretrained(ckpt / "policy")
-    policy.eval()
-    if not policy.record:
-        policy.record = {"task": meta["config"]["env"]["task"]}
-    return ckpt, cfg, policy
-
-
-def resume_config(path: str | Path, overrides: list[str] = ()) -> tuple[ExperimentConfig, Path]:
-    """(config, checkpoint) of `embodied train --resume PATH key=value...`. The run continues in
-    the run directory PATH names (a copied run resumes in place), not the one its config
-    records; `train.run_dir=NEW` continues it in a new run. ConfigError if continuing an older
-    checkpoint in its own run would leave later checkpoints behind `latest`."""
-    from embodied.run.checkpoint import newer_checkpoints, resume_point, run_dir_of
-    from embodied.config import ConfigError
-
-    ckpt = resume_point(path)
-    _, meta, _ = load_checkpoint(ckpt)
-    cfg = config_from_dict(meta["config"], overrides)
-    own = run_dir_of(ckpt)
-    if not any(o.strip().startswith("train.run_dir=") for o in overrides):
-        if own is None:
-            raise ConfigError(f"--resume: {path} is a checkpoint outside a run directory (RUN/checkpoints/NAME); "
-                              "name the run to continue it in: train.run_dir=DIR")
-        cfg.train.run_dir = str(own)
-    named = Path(path)
-    picked = not ((named / "latest").is_file() or (named / "checkpoints" / "latest").is_file())
-    if picked and own is not None and Path(cfg.train.run_dir).resolve() == own.resolve():
-        later = newer_checkpoints(ckpt)
-        if later:
-            raise ConfigError(f"--resume: {ckpt.name} is older than {', '.join(later)} of {own}; continuing it there "
-                              f"would overwrite them and move `latest` back; allowed: --resume {own} (its newest "
-                              f"checkpoint), or train.run_dir=NEW_DIR to branch a new run from {ckpt.name}")
-    return cfg, ckpt
-
-
 def build_algorithm(cfg: ExperimentConfig, env: VecEnv, policy: Any) -> tuple[Any, Any]:
-    """(collector, learner) for cfg.train.algorithm."""
-    if cfg.train.algorithm == "grpo":
-        collector = GroupCollector(env, policy, cfg.grpo.group_size, seed=cfg.train.seed)
-        return collector, GRPOLearner(policy, cfg.ppo, cfg.grpo)
-    return RolloutCollector(env, policy, cfg.ppo.rollout_steps), PPOLearner(policy, cfg.ppo)
-
-
-def end_iteration(cfg: ExperimentConfig, it: int, env_steps: int, policy: Any, eval_env: VecEnv,
-                  seeds: list[int], logger: Logger, summary: dict[str, Any], state: Callable[[], dict],
-                  result: EvalResult | None) -> EvalResult | None:
-    """What ends iteration `it` in both training loops (this file's and the roles',
-    embodied/distributed/trainer.py): an evaluation every train.eval_every iterations and at
-    the last one (with the video there), a checkpoint of the policy and state() every
-    train.save_every and at the last. Updates `summary`; returns the latest evaluation."""
-    tc = cfg.train
-    run_dir = Path(tc.run_dir)
-    last = env_steps >= tc.total_steps
-    if (tc.eval_every and it % tc.eval_every == 0) or last:
-        video = run_dir / "videos" / f"iter_{it:06d}.mp4" if (last and tc.video_episodes) else None
-        result = evaluate(policy, eval_env, seeds, deterministic=tc.eval_deterministic, video_path=video,
-                          video_episodes=tc.video_episodes)
-        logger.log("eval", result.as_dict(), env_steps)
-        summary.setdefault("eval_curve", []).append((env_steps, result.success_rate))
-        logger.print(f"iter {it} step {env_steps}: eval success {result.success_rate:.2f}")
-    if (tc.save_every and it % tc.save_every == 0) or last:
-        save_iteration(cfg, it, env_steps, policy, summary, state, result)
-    return result
-
-
-def save_iteration(cfg: ExperimentConfig, it: int, env_steps: int, policy: Any, summary: dict[str, Any],
-                   state: Callable[[], dict], result: EvalResult | None) -> Path:
-    """Checkpoint iteration `it` into RUN/checkpoints/iter_<it> (and point `latest` at it)."""
-    if result is not None:
-        summary["success_after"] = result.success_rate
-        summary["video"] = str(result.video) if result.video else summary.get("video")
-    policy.record = policy_record(cfg, policy)  # into policy/config.json: what eval, serve, init_from check
-    meta = {"config": to_dict(cfg), "iteration": it, "env_steps": env_steps, "summary": summary,
-            "trained_on": policy.record}
-    ckpt = save_checkpoint(Path(cfg.train.run_dir) / "checkpoints", f"iter_{it:06d}", policy, state(), meta)
-    summary["checkpoint"] = str(ckpt)
-    return ckpt
-
-
-def policy_record(cfg: ExperimentConfig, policy: Any) -> dict[str, Any]:
-    """What a checkpoint records of what its policy reads and writes: task, observation keys,
-    action shape (embodied.checkpoint.check_compatible compares them)."""
-    return {"task": cfg.env.task, "obs_mode": cfg.env.obs_mode, "obs_keys": observed_keys(cfg),
-            "action_dim": int(policy.config.action_dim)}
-
-
-def observed_keys(cfg: ExperimentConfig) -> list[str]:
-    """The observation keys a policy of cfg reads: its obs_key (MLP) or state + cameras (VLA)."""
-    if cfg.policy.name == "mlp":
-        return [cfg.policy.obs_key]
-    return ["state", *(f"rgb_{c}" for c in cfg.env.cameras)] if cfg.env.obs_mode == "rgb" else ["state"]
-
-
-def preflight(cfg: ExperimentConfig, eval_env: VecEnv, seeds: list[int]) -> None:
-    """What the run's end needs, checked before its first step: the video's frames render."""
-    from embodied.config import ConfigError
-    from sims.vecenv import EnvError
-
-    if cfg.train.video_episodes:
-        try:
-            eval_env.reset(seed=[seeds[0]] * eval_env.num_envs)
-            eval_env.render([0])
-        except EnvError as e:
-            raise ConfigError(f"train.video_episodes: {cfg.train.video_episodes}, but {cfg.env.task} cannot render a "
-                              f"video ({str(e).splitlines()[0]}); allowed: train.video_episodes=0") from None
+    """(collector, learner) of cfg.train.algorithm (embodied/rl/registry.py)."""
+    alg = algorithm(cfg.train.algorithm)
+    return alg.collector(cfg, env, policy), alg.learner(cfg, policy)
 
 
 def train(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, Any]:
@@ -194,6 +55,7 @@ def train(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, 
 
 def _train(cfg: ExperimentConfig, resume: str | Path | None, env: VecEnv, policy: Any, collector: Any, learner: Any,
            eval_env: VecEnv, seeds: list[int], stop: StopFlag) -> dict[str, Any]:
+    """train()'s loop, until total_steps or a signal (then a checkpoint of the last iteration and Stopped)."""
     tc = cfg.train
     run_dir = Path(tc.run_dir)
     it, env_steps, summary = 0, 0, {}
@@ -243,10 +105,8 @@ def _train(cfg: ExperimentConfig, resume: str | Path | None, env: VecEnv, policy
                         kl=stats.get("approx_kl", 0.0))
 
         result = end_iteration(cfg, it, env_steps, policy, eval_env, seeds, logger, summary, trainer_state, result)
-    if stop:  # checkpoint now, while the envs are open (their state is part of it)
-        ckpt = Path(cfg.train.run_dir) / "checkpoints" / f"iter_{it:06d}"
-        if summary.get("checkpoint") != str(ckpt):
-            save_iteration(cfg, it, env_steps, policy, summary, trainer_state, None)
+    if stop and summary.get("checkpoint") != str(run_dir / "checkpoints" / f"iter_{it:06d}"):
+        save_iteration(cfg, it, env_steps, policy, summary, trainer_state, None)  # while the envs are open
     logger.close()
     env.close()
     eval_env.close()
@@ -255,4 +115,3 @@ def _train(cfg: ExperimentConfig, resume: str | Path | None, env: VecEnv, policy
     summary.update(run_dir=str(run_dir), tensorboard=str(run_dir / "tb"), wall_seconds=time.time() - t_start,
                    env_steps=env_steps, iterations=it)
     return summary
-

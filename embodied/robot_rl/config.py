@@ -1,4 +1,4 @@
-"""`embodied finetune-robot` configuration: one YAML file (configs/finetune_*.yaml), sections
+"""`embodied finetune-robot` configuration: one YAML file (configs/finetune/finetune_*.yaml), sections
 robot (RobotEnvConfig, with safety: SafetyConfig), sac (SACConfig), teleop (TeleopConfig or
 null), labels (LabelConfig or null: success / failure from the operator), sim (SimConfig or null: the twin in the actor's process instead of ROS 2),
 residual (ResidualConfig or null: a bounded residual on a frozen SFT'd VLA), actor,
@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from embodied.config_loader import ConfigError, load_mapping
 from embodied.robot_rl.agent import SACConfig
 from embodied.robot_rl.labels import LabelConfig
 from embodied.robot_rl.obs import check_obs_key, obs_keys
@@ -26,7 +25,7 @@ from robot_bridge.teleop import TeleopConfig
 ON_LEARNER_LOSS = ("continue", "hold")
 
 
-class FinetuneConfigError(ValueError):
+class FinetuneConfigError(ConfigError):
     """A bad finetune config; the message is one line naming the field."""
 
 
@@ -179,28 +178,10 @@ def config_from_dict(data: dict[str, Any]) -> FinetuneConfig:
     return FinetuneConfig(**data, **sections)
 
 
-def set_dotted(data: dict[str, Any], override: str) -> None:
-    """Apply "a.b=value" (value parsed as YAML) to a nested dict."""
-    key, sep, value = override.partition("=")
-    if not sep:
-        raise FinetuneConfigError(f"override {override!r}: expected key=value")
-    node = data
-    parts = key.split(".")
-    for p in parts[:-1]:
-        node = node.setdefault(p, {}) if isinstance(node.get(p), dict) or p not in node else node[p]
-        if not isinstance(node, dict):
-            raise FinetuneConfigError(f"{key}: {p} is not a section")
-    node[parts[-1]] = yaml.safe_load(value)
-
-
 def load_finetune_config(path: str | Path, overrides: list[str] = ()) -> FinetuneConfig:
-    path = Path(path)
+    """The YAML file plus dotted key=value overrides (embodied/config_loader.py), typed and checked."""
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError:
-        raise FinetuneConfigError(f"config: {path} not found") from None
-    except yaml.YAMLError as e:
-        raise FinetuneConfigError(f"config: {path} is not valid YAML ({str(e).splitlines()[0]})") from None
-    for o in overrides:
-        set_dotted(data, o)
+        data = load_mapping(path, overrides, example="learner.utd=2")
+    except ConfigError as e:
+        raise FinetuneConfigError(str(e)) from None
     return config_from_dict(data)

@@ -2,7 +2,7 @@
 (num_envs = 1) behind the same safety layer, with what the actor needs of RobotEnv, and the
 scripted operator's takeover rule (robot_bridge/operator_node.py) read from the same frames.
 No ROS 2, no DDS: with `actor.lockstep` a run goes as fast as the learner updates, so a run of
-the finetuning loop fits in a test (tests/test_robot_rl_learning.py).
+the finetuning loop fits in a test (tests/robot_rl/test_robot_rl_learning.py).
 
 What matches `embodied robot-sim TASK` behind RobotEnv: observations "state" [1, 9],
 "privileged" [1, P] and, for each camera named in robot.image_topics, "rgb_<cam>" uint8

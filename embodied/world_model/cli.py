@@ -32,24 +32,18 @@ def world_model_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def load_config(path: Path, overrides: list[str]):
-    """WorldModelConfig from YAML plus key=value overrides; EnvError (one line) on bad input."""
+    """WorldModelConfig from YAML plus key=value overrides (embodied/config_loader.py); EnvError
+    (one line) on bad input."""
     from dataclasses import fields
 
-    import yaml
-
+    from embodied.config_loader import ConfigError, load_mapping
     from sims.vecenv import EnvError
     from sims.world_model.model import WorldModelConfig
 
-    if not path.is_file():
-        raise EnvError(f"config: {path} does not exist")
-    raw = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(raw, dict):
-        raise EnvError(f"config: {path} must hold a mapping of WorldModelConfig fields")
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise EnvError(f"override {item!r}: expected key=value")
-        raw[key] = yaml.safe_load(value) if value else ""
+    try:
+        raw = load_mapping(path, overrides, what="WorldModelConfig fields", example="epochs=50")
+    except ConfigError as e:
+        raise EnvError(f"config: {e}") from None
     known = {f.name for f in fields(WorldModelConfig)}
     bad = sorted(set(raw) - known)
     if bad:
@@ -60,7 +54,7 @@ def load_config(path: Path, overrides: list[str]):
 
 
 def cmd_world_model_train(args: argparse.Namespace) -> int:
-    from embodied.cli import _find_config
+    from embodied.config_loader import find_config
     from sims.world_model.checkpoint import save_world_model
     from embodied.world_model.quality import report
     from embodied.world_model.train import heldout_episodes, train_world_model
@@ -68,7 +62,7 @@ def cmd_world_model_train(args: argparse.Namespace) -> int:
     from embodied.run.stop import Stopped, command_line, no_empty_dirs, stoppable
     from embodied.world_model.quality import quality_gate, verdict
 
-    cfg = load_config(_find_config(args.config), args.overrides)
+    cfg = load_config(find_config(args.config), args.overrides)
     out = Path(args.out or Path("runs") / "world_model" / cfg.task)
     with no_empty_dirs(out), stoppable("this epoch") as stop:
         model, resets, summary = train_world_model(cfg, stop=lambda: bool(stop))

@@ -64,11 +64,12 @@ def _check(cfg: WorldModelConfig) -> None:
         raise EnvError("world_model.consistent: recomputes fields of the state latent; needs latent_space=state, "
                        f"got {cfg.latent_space!r}")
     if cfg.consistent:
-        from sims.registry import TASK_NAMES, task_class
+        from sims.mujoco.tasks.registry import task_classes
 
-        if cfg.task not in TASK_NAMES or not task_class(cfg.task).differences:
+        tasks = task_classes()
+        if cfg.task not in tasks or not tasks[cfg.task].differences:
             raise EnvError(f"world_model.consistent: task {cfg.task} declares no derived fields; allowed for: "
-                           f"{', '.join(t for t in TASK_NAMES if task_class(t).differences)}")
+                           f"{', '.join(t for t in sorted(tasks) if tasks[t].differences)}")
     if cfg.latent_space == "state" and cams:
         raise EnvError("world_model.latent_space: 'state' models the privileged vector only; "
                        "with cameras allowed: learned")

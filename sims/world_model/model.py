@@ -112,7 +112,7 @@ def derived_fields(task: str) -> tuple[torch.Tensor, list[slice]]:
     """The fields of a task's privileged vector that follow from others: rows [K, 3] (the index
     of an entry of a - b, of a's entry, of b's; one row per coordinate) and the slices of its
     unit quaternions."""
-    from sims.registry import task_class
+    from sims.mujoco.tasks.registry import task_class
 
     cls = task_class(task)
     L = cls.layout

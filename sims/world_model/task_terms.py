@@ -4,7 +4,7 @@ With reward_mode "task", a world model env scores its predicted states with thes
 its learned heads: reward = P(x') - P(x) + 1[success(x')], the simulator's "dense" reward
 (sims/mujoco/tasks/base.py), and the episode terminates on success or failure of the decoded
 state. A learned head can be pushed to fire on states the data never reached; these functions
-can only be fooled through the dynamics. tests/test_world_model_task_terms.py checks them
+can only be fooled through the dynamics. tests/world_model/test_world_model_task_terms.py checks them
 against the simulator's rewards and flags.
 """
 

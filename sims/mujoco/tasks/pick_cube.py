@@ -25,12 +25,13 @@ from sims.mujoco.tasks.base import (
     yaw_quat,
 )
 from sims.mujoco.tasks.grasping import grasp_routine, is_grasped
+from sims.mujoco.tasks.registry import register_task
 
 SUCCESS_RADIUS = 0.025
 
 
+@register_task("PickCube")
 class PickCube(Task):
-    name = "PickCube"
     max_episode_steps = 75
     privileged_dim = CUBE_PRIV_DIM
     layout = CUBE_LAYOUT

@@ -26,6 +26,7 @@ from sims.mujoco.tasks.base import (
     yaw_quat,
 )
 from sims.mujoco.tasks.grasping import grasp_routine, is_grasped
+from sims.mujoco.tasks.registry import register_task
 
 SUCCESS_RADIUS = 0.025
 CARRY = 0.05  # height of the cube above its resting pose while carried over (m)
@@ -38,8 +39,8 @@ def _rest(target: np.ndarray) -> np.ndarray:
     return rest
 
 
+@register_task("PlaceCube")
 class PlaceCube(Task):
-    name = "PlaceCube"
     max_episode_steps = 100
     privileged_dim = CUBE_PRIV_DIM
     layout = CUBE_LAYOUT

@@ -27,6 +27,7 @@ from sims.mujoco.tasks.base import (
     two_colors,
     yaw_quat,
 )
+from sims.mujoco.tasks.registry import register_task
 
 SUCCESS_RADIUS = 0.025
 FINGER_THICK = 2 * FINGER_HALF[0]
@@ -38,8 +39,8 @@ def _unit_xy(v: np.ndarray) -> np.ndarray:
     return xy / np.maximum(np.linalg.norm(xy, axis=1, keepdims=True), 1e-6)
 
 
+@register_task("PushCube")
 class PushCube(Task):
-    name = "PushCube"
     max_episode_steps = 50
     privileged_dim = CUBE_PRIV_DIM
     layout = CUBE_LAYOUT

@@ -16,12 +16,13 @@ from sims.mujoco.control import expert_action
 from sims.mujoco.handles import SimView
 from sims.mujoco.scene import SceneOptions
 from sims.mujoco.tasks.base import REACH_DIFFERENCES, REACH_LAYOUT, REACH_PRIV_DIM, Episode, Task, shaped, state_obs
+from sims.mujoco.tasks.registry import register_task
 
 SUCCESS_RADIUS = 0.025
 
 
+@register_task("Reach")
 class Reach(Task):
-    name = "Reach"
     max_episode_steps = 50
     privileged_dim = REACH_PRIV_DIM
     layout = REACH_LAYOUT

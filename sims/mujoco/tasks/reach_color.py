@@ -28,6 +28,7 @@ from sims.mujoco.handles import SimView
 from sims.mujoco.scene import PALETTE, SceneOptions
 from sims.mujoco.tasks.base import REACH_DIFFERENCES, REACH_LAYOUT, Episode, Task, shaped, state_obs
 from sims.mujoco.tasks.reach import Reach
+from sims.mujoco.tasks.registry import register_task
 
 SUCCESS_RADIUS = 0.025
 COLORS = ("red", "blue")  # index = the "named" episode variable
@@ -48,8 +49,8 @@ def _segment_distance(a: np.ndarray, b: np.ndarray, p: np.ndarray) -> np.ndarray
     return np.linalg.norm(a + t[:, None] * ab - p, axis=1)
 
 
+@register_task("ReachColor")
 class ReachColor(Task):
-    name = "ReachColor"
     max_episode_steps = 50
     privileged_dim = REACH_COLOR_PRIV_DIM
     layout = REACH_COLOR_LAYOUT

@@ -1,0 +1,56 @@
+"""The checkpoints an evaluation compares (loaded once, labelled by run and checkpoint), and the
+software versions its report records. Shared by `embodied sim2real` (sim2real.py) and LIBERO's
+protocol (libero_protocol.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from embodied.eval.sim2real_robot import Sim2RealError
+
+
+@dataclass
+class Checkpoint:
+    label: str  # unique name in the report: <run dir>/<checkpoint>
+    path: Path
+    cfg: Any  # ExperimentConfig the checkpoint was trained with
+    policy: Any
+
+
+def load_checkpoints(paths: list[str], task: str) -> list[Checkpoint]:
+    from embodied.run.checkpoint import resolve_checkpoint
+    from embodied.rl.loop_parts import config_from_checkpoint
+    from policies.base import Policy
+
+    out = []
+    for p in paths:
+        ckpt = resolve_checkpoint(p)
+        cfg = config_from_checkpoint(ckpt)
+        label = f"{ckpt.parent.parent.name}/{ckpt.name}" if ckpt.parent.name == "checkpoints" else ckpt.name
+        if cfg.env.task != task:
+            raise Sim2RealError(f"--task: {task!r} does not match checkpoint {label}'s task {cfg.env.task!r}")
+        if any(c.label == label for c in out):
+            raise Sim2RealError(f"CHECKPOINT: {label} is given twice")
+        policy = Policy.from_pretrained(ckpt / "policy")
+        policy.eval()
+        out.append(Checkpoint(label, ckpt, cfg, policy))
+    return out
+
+
+def versions(task: str = "") -> tuple[str, dict[str, str]]:
+    """(this toolkit's version, {simulator package: version}) for a report's protocol."""
+    from importlib import metadata
+
+    import mujoco
+    import torch
+
+    try:
+        toolkit = metadata.version("embodied-rl")
+    except metadata.PackageNotFoundError:
+        toolkit = "unknown"
+    sims = {"mujoco": mujoco.__version__, "torch": torch.__version__}
+    if task.startswith("ms:"):
+        sims.update({name: metadata.version(name) for name in ("mani_skill", "sapien")})
+    return toolkit, sims

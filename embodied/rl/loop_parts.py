@@ -1,0 +1,146 @@
+"""What both training loops share (this room's train.py and embodied/distributed/trainer.py),
+and what every command that replays a checkpoint needs: the env a config names, the
+evaluation seeds, a checkpoint's config, and the end of an iteration (evaluate, checkpoint)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from embodied.config import EnvConfig, ExperimentConfig, config_from_dict, to_dict
+from embodied.eval.evaluate import EvalResult, evaluate
+from embodied.run.checkpoint import load_checkpoint, save_checkpoint
+from embodied.run.logger import Logger
+from sims.registry import make_env
+from sims.vecenv import VecEnv
+
+EVAL_SEED_BASE = 1_000_000  # evaluation seeds never overlap training seeds
+
+
+def build_env(cfg: EnvConfig, num_envs: int | None = None) -> VecEnv:
+    extra = {"cameras": tuple(cfg.cameras)} if cfg.obs_mode == "rgb" else {}
+    if cfg.rollout != "mean":
+        extra["rollout"] = cfg.rollout
+    if cfg.model_noise != 0.0:
+        extra["model_noise"] = cfg.model_noise
+    if cfg.allow_failed_model:
+        extra["allow_failed_model"] = True
+    return make_env(cfg.task, num_envs or cfg.num_envs, obs_mode=cfg.obs_mode, reward_mode=cfg.reward_mode,
+                    image_size=cfg.image_size, num_threads=cfg.num_threads,
+                    randomization=cfg.randomization, reality=cfg.reality, **extra)
+
+
+def eval_seeds(n: int) -> list[int]:
+    return list(range(EVAL_SEED_BASE, EVAL_SEED_BASE + n))
+
+
+def config_from_checkpoint(path: str | Path, overrides: list[str] = ()) -> ExperimentConfig:
+    """The config a checkpoint was trained with, with key=value overrides applied."""
+    _, meta, _ = load_checkpoint(path)
+    return config_from_dict(meta["config"], overrides)
+
+
+def end_iteration(cfg: ExperimentConfig, it: int, env_steps: int, policy: Any, eval_env: VecEnv,
+                  seeds: list[int], logger: Logger, summary: dict[str, Any], state: Callable[[], dict],
+                  result: EvalResult | None) -> EvalResult | None:
+    """What ends iteration `it` in both training loops (this file's and the roles',
+    embodied/distributed/trainer.py): an evaluation every train.eval_every iterations and at
+    the last one (with the video there), a checkpoint of the policy and state() every
+    train.save_every and at the last. Updates `summary`; returns the latest evaluation."""
+    tc = cfg.train
+    run_dir = Path(tc.run_dir)
+    last = env_steps >= tc.total_steps
+    if (tc.eval_every and it % tc.eval_every == 0) or last:
+        video = run_dir / "videos" / f"iter_{it:06d}.mp4" if (last and tc.video_episodes) else None
+        result = evaluate(policy, eval_env, seeds, deterministic=tc.eval_deterministic, video_path=video,
+                          video_episodes=tc.video_episodes)
+        logger.log("eval", result.as_dict(), env_steps)
+        summary.setdefault("eval_curve", []).append((env_steps, result.success_rate))
+        logger.print(f"iter {it} step {env_steps}: eval success {result.success_rate:.2f}")
+    if (tc.save_every and it % tc.save_every == 0) or last:
+        save_iteration(cfg, it, env_steps, policy, summary, state, result)
+    return result
+
+
+def save_iteration(cfg: ExperimentConfig, it: int, env_steps: int, policy: Any, summary: dict[str, Any],
+                   state: Callable[[], dict], result: EvalResult | None) -> Path:
+    """Checkpoint iteration `it` into RUN/checkpoints/iter_<it> (and point `latest` at it)."""
+    if result is not None:
+        summary["success_after"] = result.success_rate
+        summary["video"] = str(result.video) if result.video else summary.get("video")
+    policy.record = policy_record(cfg, policy)  # into policy/config.json: what eval, serve, init_from check
+    meta = {"config": to_dict(cfg), "iteration": it, "env_steps": env_steps, "summary": summary,
+            "trained_on": policy.record}
+    ckpt = save_checkpoint(Path(cfg.train.run_dir) / "checkpoints", f"iter_{it:06d}", policy, state(), meta)
+    summary["checkpoint"] = str(ckpt)
+    return ckpt
+
+
+def policy_record(cfg: ExperimentConfig, policy: Any) -> dict[str, Any]:
+    """What a checkpoint records of what its policy reads and writes: task, observation keys,
+    action width (policies.base.check_fits compares them with an env)."""
+    if cfg.policy.name == "mlp":
+        keys = [cfg.policy.obs_key]
+    else:
+        keys = ["state", *(f"rgb_{c}" for c in cfg.env.cameras)] if cfg.env.obs_mode == "rgb" else ["state"]
+    return {"task": cfg.env.task, "obs_mode": cfg.env.obs_mode, "obs_keys": keys,
+            "action_dim": int(policy.config.action_dim)}
+
+
+def preflight(cfg: ExperimentConfig, eval_env: VecEnv, seeds: list[int]) -> None:
+    """What the run's end needs, checked before its first step: the video's frames render."""
+    from embodied.config import ConfigError
+    from sims.vecenv import EnvError
+
+    if cfg.train.video_episodes:
+        try:
+            eval_env.reset(seed=[seeds[0]] * eval_env.num_envs)
+            eval_env.render([0])
+        except EnvError as e:
+            raise ConfigError(f"train.video_episodes: {cfg.train.video_episodes}, but {cfg.env.task} cannot render a "
+                              f"video ({str(e).splitlines()[0]}); allowed: train.video_episodes=0") from None
+
+
+def load_trained(path: str | Path, overrides: list[str] = ()) -> tuple[Path, ExperimentConfig, Any]:
+    """(checkpoint dir, its config with overrides, its policy in eval mode) of a checkpoint, a
+    checkpoints/ folder or a run directory. The policy's record (what it was trained on) falls
+    back to the config's task for checkpoints written before records existed."""
+    from embodied.run.checkpoint import resolve_checkpoint
+    from policies.base import Policy
+
+    ckpt = resolve_checkpoint(path)
+    _, meta, _ = load_checkpoint(ckpt)
+    cfg = config_from_dict(meta["config"], overrides)
+    policy = Policy.from_pretrained(ckpt / "policy")
+    policy.eval()
+    if not policy.record:
+        policy.record = {"task": meta["config"]["env"]["task"]}
+    return ckpt, cfg, policy
+
+
+def resume_config(path: str | Path, overrides: list[str] = ()) -> tuple[ExperimentConfig, Path]:
+    """(config, checkpoint) of `embodied train --resume PATH key=value...`. The run continues in
+    the run directory PATH names (a copied run resumes in place), not the one its config
+    records; `train.run_dir=NEW` continues it in a new run. ConfigError if continuing an older
+    checkpoint in its own run would leave later checkpoints behind `latest`."""
+    from embodied.config import ConfigError
+    from embodied.run.checkpoint import newer_checkpoints, resume_point, run_dir_of
+
+    ckpt = resume_point(path)
+    _, meta, _ = load_checkpoint(ckpt)
+    cfg = config_from_dict(meta["config"], overrides)
+    own = run_dir_of(ckpt)
+    if not any(o.strip().startswith("train.run_dir=") for o in overrides):
+        if own is None:
+            raise ConfigError(f"--resume: {path} is a checkpoint outside a run directory (RUN/checkpoints/NAME); "
+                              "name the run to continue it in: train.run_dir=DIR")
+        cfg.train.run_dir = str(own)
+    named = Path(path)
+    picked = not ((named / "latest").is_file() or (named / "checkpoints" / "latest").is_file())
+    if picked and own is not None and Path(cfg.train.run_dir).resolve() == own.resolve():
+        later = newer_checkpoints(ckpt)
+        if later:
+            raise ConfigError(f"--resume: {ckpt.name} is older than {', '.join(later)} of {own}; continuing it there "
+                              f"would overwrite them and move `latest` back; allowed: --resume {own} (its newest "
+                              f"checkpoint), or train.run_dir=NEW_DIR to branch a new run from {ckpt.name}")
+    return cfg, ckpt
