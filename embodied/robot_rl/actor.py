@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from embodied.data.dataset import EpisodeWriter
 from embodied.robot_rl.config import FinetuneConfig
@@ -320,6 +321,9 @@ class Actor:
                 obs, rate = self.evaluate(obs)
                 evals.append(rate)
                 self.log(kind="eval", episode=0, success=rate)
+            bar = tqdm(total=a.episodes, initial=first, unit="episode", dynamic_ncols=True, desc="finetune-robot",
+                       disable=not self.cfg.actor.progress)
+            recent: list[bool] = []
             for index in range(first, a.episodes):
                 if self.stop:  # a signal: end after the last whole episode (embodied/stop.py)
                     ended, code = signal.Signals(self.stop.signum).name, 128 + self.stop.signum
@@ -327,10 +331,15 @@ class Actor:
                 obs, summary = self.episode(obs, index)
                 self.link.send(("episode", {"episode": index, **summary}))
                 self.log(kind="episode", episode=index + 1, **summary)
+                recent = (recent + [bool(summary.get("success"))])[-20:]
+                bar.update(1)
+                bar.set_postfix(success_last_20=f"{sum(recent) / len(recent):.2f}", version=self.version, refresh=False)
                 if a.eval_every and (index + 1) % a.eval_every == 0:
                     obs, rate = self.evaluate(obs)
                     evals.append(rate)
                     self.log(kind="eval", episode=index + 1, success=rate)
+                    bar.write(f"episode {index + 1}: held-out success {rate:.2f}")
+            bar.close()
         except EnvError as e:
             estop = self.env.safety is not None and self.env.safety.estopped
             ended, code = ("e-stop", 0) if estop else (str(e).splitlines()[0], 1)
