@@ -189,6 +189,14 @@ def underlying_task(task: str) -> str:
     return task
 
 
+def same_task(a: str, b: str) -> bool:
+    """The same task: equal names up to a layout suffix (`@sampled`); a LIBERO suite
+    (`libero:libero_spatial`) holds its tasks (`libero:libero_spatial/0`)."""
+    a, b = a.split("@", 1)[0], b.split("@", 1)[0]
+    return a == b or (a.startswith("libero:") and b.startswith("libero:")
+                      and (a.startswith(b + "/") or b.startswith(a + "/")))
+
+
 def check_fits(policy: "Policy", spec: Any, where: str, task: str | None = None) -> None:
     """PolicyLoadError (one line, naming `where` and what is allowed) if the policy was trained on
     another task than the env's (spec.task, or `task`), or reads or writes other shapes than
@@ -196,7 +204,7 @@ def check_fits(policy: "Policy", spec: Any, where: str, task: str | None = None)
     what training recorded; a policy saved before records existed is checked on shapes only."""
     rec = getattr(policy, "record", None) or {}
     env_task = underlying_task(task or spec.task)
-    if rec.get("task") and underlying_task(rec["task"]) != env_task:
+    if rec.get("task") and not same_task(underlying_task(rec["task"]), env_task):
         raise PolicyLoadError(f"{where}: trained on task {underlying_task(rec['task'])!r}, not {env_task!r}; "
                               f"allowed: {underlying_task(rec['task'])!r} (or a policy trained on {env_task!r})")
     cfg = policy.config
