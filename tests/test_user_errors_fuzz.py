@@ -112,6 +112,8 @@ CASES = [
         _truncate(_copy(i / "sft", w / "s") / "final" / "model.safetensors"),
         ["sft", "configs/sft/sft_reach_flow.yaml", f"dataset={i / 'reach_rgb'}", f"init_from={w / 's' / 'final'}",
          f"run_dir={w / 'sft'}"])[1], ["model.safetensors"]),
+    ("sft/device-absent", lambda i, w: ["sft", "configs/sft/sft_reach_flow.yaml", f"dataset={i / 'reach_rgb'}",
+                                        "device=cuda:7", f"run_dir={w / 'sft'}"], ["device"]),
     ("collect/policy-other-task", lambda i, w: ["collect", "PushCube", "--policy", str(i / "ppo"), "--episodes", "1",
                                                 "--out", str(w / "d")], ["'Reach'"]),
     ("collect/policy-truncated", lambda i, w: (

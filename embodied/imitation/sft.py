@@ -70,6 +70,13 @@ def load_sft_config(path: str | Path, overrides: list[str] = ()) -> SFTConfig:
     for key in ("max_minutes", "label_sigma"):
         if getattr(cfg, key) < 0:
             raise ConfigError(f"{key}: {getattr(cfg, key)} must be >= 0 (0: off)")
+    try:
+        dev = torch.device(cfg.device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"device: {cfg.device!r} is not a torch device; allowed: cpu, cuda, cuda:N") from None
+    if dev.type == "cuda" and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count()):
+        raise ConfigError(f"device: {cfg.device} is not on this machine ({torch.cuda.device_count()} CUDA devices); "
+                          "allowed: cpu" + (", cuda" if torch.cuda.is_available() else ""))
     if cfg.label_sigma and cfg.policy != "ar_vla":
         raise ConfigError(f"label_sigma applies to ar_vla only, not policy={cfg.policy}; remove it")
     return cfg
