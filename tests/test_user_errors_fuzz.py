@@ -87,6 +87,8 @@ CASES = [
     ("train/resume-only-checkpoint-truncated", lambda i, w: (
         [_truncate(c / "trainer.safetensors") for c in (_copy(i / "ppo", w / "r") / "checkpoints").glob("iter_*")],
         ["train", "--resume", str(w / "r"), "train.total_steps=512"])[1], ["no readable checkpoint"]),
+    ("train/resume-other-task", lambda i, w: ["train", "--resume", str(i / "ppo"), "env.task=PushCube"],
+     ["env.task", "allowed: Reach"]),
     ("train/init-from-truncated", lambda i, w: (
         _truncate(_copy(i / "sft", w / "s") / "final" / "model.safetensors"),
         ["train", "configs/rl/rl_reach_flow_noise.yaml", f"policy.init_from={w / 's' / 'final'}", "env.num_envs=2",

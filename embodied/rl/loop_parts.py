@@ -129,6 +129,10 @@ def resume_config(path: str | Path, overrides: list[str] = ()) -> tuple[Experime
     ckpt = resume_point(path)
     _, meta, _ = load_checkpoint(ckpt)
     cfg = config_from_dict(meta["config"], overrides)
+    if cfg.env.task != meta["config"]["env"]["task"]:
+        raise ConfigError(f"env.task: {cfg.env.task}, but the run resumed from {ckpt} trains on "
+                          f"{meta['config']['env']['task']}; allowed: {meta['config']['env']['task']} (another task is a "
+                          f"new run: policy.init_from={ckpt / 'policy'})")
     own = run_dir_of(ckpt)
     if not any(o.strip().startswith("train.run_dir=") for o in overrides):
         if own is None:

@@ -104,7 +104,7 @@ def cmd_world_model_eval(args: argparse.Namespace) -> int:
     rep = report(model, episodes, ks)
     print(json.dumps({"checkpoint": args.checkpoint, "task": model.cfg.task,
                       "dataset": args.dataset or f"{model.cfg.dataset} (held-out episodes)", **rep}, indent=1))
-    print(verdict(rep))
+    print(verdict(rep), file=sys.stderr)  # stdout stays one JSON document
     return 0
 
 

@@ -195,7 +195,9 @@ def state_world_model(tmp_path_factory):
 def test_world_model_eval_ends_with_a_verdict(state_world_model, capsys):
     capsys.readouterr()
     assert main(["world-model", "eval", str(state_world_model)]) == 0
-    last = capsys.readouterr().out.strip().splitlines()[-1]
+    out = capsys.readouterr()
+    json.loads(out.out)  # stdout: the report, one JSON document
+    last = out.err.strip().splitlines()[-1]
     assert last.startswith("verdict: ") and "than copy-last at k=" in last and "quality gate " in last
     gate = json.loads((state_world_model / "report.json").read_text())["gate"]
     assert ("quality gate passed" in last) == gate["passed"]
