@@ -22,36 +22,43 @@ def cmd_train(args: argparse.Namespace) -> int:
     from embodied.config import load_config
     from embodied.rl.train import train
 
-    from embodied.rl.loop_parts import config_from_checkpoint
+    resume = None
     if args.resume:
-        cfg = config_from_checkpoint(args.resume, args.overrides)
+        from embodied.rl.loop_parts import resume_config
+
+        cfg, resume = resume_config(args.resume, args.overrides)
     else:  # no CONFIG: the defaults of embodied/config.py
         cfg = load_config(find_config(args.config) if args.config else None, args.overrides)
-    summary = train(cfg, resume=args.resume)
+    from embodied.run.stop import no_empty_dirs
+
+    with no_empty_dirs(cfg.train.run_dir):
+        summary = train(cfg, resume=resume)
     print(f"success rate before training: {summary['success_before']:.2f}")
     print(f"success rate after training:  {summary.get('success_after', float('nan')):.2f}")
     print(f"checkpoint:  {summary.get('checkpoint')}")
-    print(f"tensorboard: {summary['tensorboard']}  (tensorboard --logdir {summary['tensorboard']})")
+    print(f"tensorboard: {summary['tensorboard']}  (.venv/bin/tensorboard --logdir {summary['tensorboard']})")
     if summary.get("video"):
         print(f"video:       {summary['video']}")
     return 0
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from embodied.run.checkpoint import resolve_checkpoint
     from embodied.eval.evaluate import evaluate
-    from embodied.rl.loop_parts import build_env, config_from_checkpoint, eval_seeds
-    from policies.base import Policy
+    from embodied.rl.loop_parts import build_env, eval_seeds, load_trained
+    from policies.base import check_fits
 
     from embodied.run.device import resolve_device
 
-    ckpt = resolve_checkpoint(args.checkpoint)
-    cfg = config_from_checkpoint(ckpt, args.overrides)
+    ckpt, cfg, policy = load_trained(args.checkpoint, args.overrides)
     device = resolve_device(cfg.train.device)  # train.device=... among the overrides; auto by default
-    policy = Policy.from_pretrained(ckpt / "policy").to(device)
-    policy.eval()
+    policy = policy.to(device)
     episodes = args.episodes or cfg.train.eval_episodes
     env = build_env(cfg.env, min(episodes, 64), device=device)
+    try:
+        check_fits(policy, env.spec, f"checkpoint {ckpt}")
+    except Exception:
+        env.close()
+        raise
     video = Path(args.video) if args.video else None
     res = evaluate(policy, env, eval_seeds(episodes), video_path=video)
     env.close()
@@ -78,9 +85,17 @@ def cmd_collect(args: argparse.Namespace) -> int:
                                           cameras=cameras)
         print(json.dumps(summary, indent=1))
         return 0
-    summary = collect_demos(args.task, args.episodes, args.out, seed=args.seed, obs_mode=args.obs_mode,
-                            image_size=args.image_size, num_envs=args.num_envs, cameras=cameras,
-                            noise=args.noise)
+    from embodied.run.stop import Stopped, command_line, no_empty_dirs
+
+    try:
+        with no_empty_dirs(args.out):
+            summary = collect_demos(args.task, args.episodes, args.out, seed=args.seed, obs_mode=args.obs_mode,
+                                    image_size=args.image_size, num_envs=args.num_envs, cameras=cameras,
+                                    noise=args.noise)
+    except Stopped as e:
+        left = args.episodes - e.info.get("written", 0)
+        e.resume = command_line(options={"--episodes": str(left), "--seed": str(e.info.get("next_seed", args.seed))})
+        raise
     print(json.dumps(summary, indent=1))
     return 0
 
@@ -258,17 +273,41 @@ def _user_errors() -> tuple[type, ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
+    from embodied.run import stop
+
     args = parser().parse_args(argv)
+    stop.ARGV = list(sys.argv[1:] if argv is None else argv)
     if getattr(args, "config", None) and "=" in args.config:  # `train --resume X key=value`
         args.overrides.insert(0, args.config)
         args.config = None
+    nothing = "nothing new (stopped before the first step)"
+
+    def on_term(signum: int, frame) -> None:  # until a command's loop installs its own (embodied/stop.py)
+        raise stop.Stopped(signum, nothing)
+
+    import threading
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, on_term) if main_thread else None
     try:
         return args.fn(args)
+    except stop.Stopped as e:
+        print(f"embodied {args.command}: {e.line()}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print(f"embodied {args.command}: {stop.Stopped(signal.SIGINT, nothing).line()}", file=sys.stderr)
+        return 128 + signal.SIGINT
     except Exception as e:
         if not isinstance(e, _user_errors()):
             raise
-        print(f"embodied {args.command}: error: {e}", file=sys.stderr)
+        print(f"embodied {args.command}: error: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
+              file=sys.stderr)
         return 2
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

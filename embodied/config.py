@@ -28,6 +28,7 @@ class EnvConfig:
     reward_mode: Literal["dense", "staged", "sparse", "task"] = "dense"  # task: world models (docs/world_model.md)
     rollout: Literal["mean", "members"] = "mean"  # world models: how the ensemble steps (docs/world_model.md)
     model_noise: float = 0.0  # world models: noise per step, in units of the model's one-step error std
+    allow_failed_model: bool = False  # world models: use one whose quality gate failed (its report.json)
     image_size: int = 64
     cameras: list[str] = field(default_factory=lambda: ["front"])  # rgb_<camera> keys with obs_mode rgb
     num_threads: int = 0  # physics threads; 0 = all cores

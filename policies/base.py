@@ -90,6 +90,8 @@ class Policy(nn.Module, abc.ABC):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         meta = {"policy": self.name, "config": self.config_dict()}
+        if getattr(self, "record", None):
+            meta["trained_on"] = self.record
         (path / "config.json").write_text(json.dumps(meta, indent=2))
         save_file(self.weights_to_save(), str(path / "model.safetensors"))
         self.save_extras(path)
@@ -111,7 +113,13 @@ class Policy(nn.Module, abc.ABC):
         cfg_file, weights = path / "config.json", path / "model.safetensors"
         if not cfg_file.is_file() or not weights.is_file():
             raise PolicyLoadError(f"{path}: not a policy directory (needs config.json and model.safetensors)")
-        meta = json.loads(cfg_file.read_text())
+        try:
+            meta = json.loads(cfg_file.read_text())
+        except (OSError, ValueError) as e:
+            raise PolicyLoadError(f"{cfg_file}: unreadable ({type(e).__name__}: {str(e).splitlines()[0]}); "
+                                  "allowed: the config.json that save_pretrained wrote") from None
+        if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
+            raise PolicyLoadError(f"{cfg_file}: not a policy config (expected {{\"policy\": ..., \"config\": {{...}}}})")
         klass = policy_class(meta.get("policy", "?"))
         if not issubclass(klass, cls):
             raise PolicyLoadError(f"{path}: holds a '{klass.name}' policy, not a {cls.__name__}")
@@ -119,12 +127,14 @@ class Policy(nn.Module, abc.ABC):
             config = klass.config_class(**{**meta["config"], **config_overrides})
         except TypeError as e:
             raise PolicyLoadError(f"{path}: config.json does not fit {klass.config_class.__name__} ({e})") from None
-        return klass.load_from(path, config, load_file(str(weights)))
+        policy = klass.load_from(path, config, read_weights(weights))
+        policy.record = meta.get("trained_on") or {}
+        return policy
 
     def load_saved_weights(self, path: str | Path) -> None:
         """Load the model.safetensors of a save_pretrained directory into this (same-config)
         policy in place, e.g. to resume training; one-line error on a mismatch."""
-        load_weights(self, self.complete_state(load_file(str(Path(path) / "model.safetensors"))), str(path))
+        load_weights(self, self.complete_state(read_weights(Path(path) / "model.safetensors")), str(path))
 
     def complete_state(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Weights as saved -> weights as load_state_dict wants them (a subclass may restore
@@ -137,6 +147,17 @@ class Policy(nn.Module, abc.ABC):
         policy = cls(config)
         load_weights(policy, state, str(path))
         return policy
+
+
+def read_weights(file: str | Path) -> dict[str, torch.Tensor]:
+    """load_file with a one-line PolicyLoadError naming the file (missing, truncated or corrupt)."""
+    try:
+        return load_file(str(file))
+    except Exception as e:  # safetensors raises SafetensorError (not an OSError) on a truncated file
+        first = (str(e).splitlines() or [""])[0]
+        raise PolicyLoadError(f"{file}: unreadable weights ({type(e).__name__}: {first}); allowed: a complete "
+                              "model.safetensors as save_pretrained wrote it (copy it again or use an earlier "
+                              "checkpoint)") from None
 
 
 def load_weights(module: nn.Module, state: dict[str, torch.Tensor], where: str) -> None:
@@ -156,3 +177,55 @@ def load_weights(module: nn.Module, state: dict[str, torch.Tensor], where: str) 
             parts.append(f"shape mismatch {k}: file {tuple(state[k].shape)} vs model {tuple(own[k].shape)}")
         raise PolicyLoadError(f"{where}: weights do not match the model ({'; '.join(parts)})")
     module.load_state_dict(state)
+
+
+def underlying_task(task: str) -> str:
+    """The simulator task behind an env name: a world model's (wm:PATH) own task, else the name."""
+    if task.startswith("wm:"):
+        try:
+            return json.loads((Path(task[3:]) / "config.json").read_text())["config"]["task"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return task
+    return task
+
+
+def same_task(a: str, b: str) -> bool:
+    """The same task: equal names up to a layout suffix (`@sampled`); a LIBERO suite
+    (`libero:libero_spatial`) holds its tasks (`libero:libero_spatial/0`)."""
+    a, b = a.split("@", 1)[0], b.split("@", 1)[0]
+    return a == b or (a.startswith("libero:") and b.startswith("libero:")
+                      and (a.startswith(b + "/") or b.startswith(a + "/")))
+
+
+def check_fits(policy: "Policy", spec: Any, where: str, task: str | None = None) -> None:
+    """PolicyLoadError (one line, naming `where` and what is allowed) if the policy was trained on
+    another task than the env's (spec.task, or `task`), or reads or writes other shapes than
+    the env has. `policy.record` (config.json's "trained_on": task, obs_keys, action_dim) is
+    what training recorded; a policy saved before records existed is checked on shapes only."""
+    rec = getattr(policy, "record", None) or {}
+    env_task = underlying_task(task or spec.task)
+    if rec.get("task") and not same_task(underlying_task(rec["task"]), env_task):
+        raise PolicyLoadError(f"{where}: trained on task {underlying_task(rec['task'])!r}, not {env_task!r}; "
+                              f"allowed: {underlying_task(rec['task'])!r} (or a policy trained on {env_task!r})")
+    cfg = policy.config
+    a = getattr(cfg, "action_dim", None)
+    if a is not None and a != spec.action_dim:
+        raise PolicyLoadError(f"{where}: writes {a}-dim actions; the env {spec.task!r} takes {spec.action_dim}")
+    if hasattr(cfg, "obs_dim"):  # a state MLP: its input is one vector
+        key = getattr(cfg, "obs_key", None) or rec.get("obs_keys", ["privileged"])[0]
+        have = {"privileged": spec.privileged_dim, "state": spec.state_dim}.get(key)
+        if have is not None and have != cfg.obs_dim:
+            raise PolicyLoadError(f"{where}: reads a {cfg.obs_dim}-dim '{key}' observation; the env {spec.task!r} "
+                                  f"gives {have}")
+    cams = getattr(cfg, "cameras", None)
+    if cams:
+        missing = [c for c in cams if c not in tuple(spec.cameras)]
+        if missing:
+            raise PolicyLoadError(f"{where}: reads cameras {list(cams)}; the env {spec.task!r} renders "
+                                  f"{list(spec.cameras) or 'none (state only)'}; allowed: env.obs_mode=rgb "
+                                  f"env.cameras=[{','.join(cams)}]")
+    s = getattr(cfg, "state_dim", None)
+    if s is not None and cams is not None:  # a VLA: the first state_dim entries, or state_indices
+        need = max(getattr(cfg, "state_indices", None) or [s - 1]) + 1
+        if need > spec.state_dim:
+            raise PolicyLoadError(f"{where}: reads {need} state entries; the env {spec.task!r} gives {spec.state_dim}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies.base import Policy, PolicyLoadError
+from policies.base import Policy, PolicyLoadError, check_fits
 from policies.cnn import CNNActorCritic, CNNConfig
 from policies.mlp import MLPActorCritic, MLPConfig
 from policies.names import POLICIES, VLAS, policy_class
@@ -97,6 +97,7 @@ def build_policy(cfg: Any, spec: Any, per_action_value: bool = False) -> Policy:
     """A fresh policy for `cfg` (embodied.config.PolicyConfig) on an env with EnvSpec `spec`.
     per_action_value: the VLA critic predicts one value per executed action (chunk-1 policies'
     single value already is one)."""
-    if cfg.name in VLAS:
-        return build_vla(cfg, spec, per_action_value)
-    return BUILDERS[cfg.name](cfg, spec)
+    policy = build_vla(cfg, spec, per_action_value) if cfg.name in VLAS else BUILDERS[cfg.name](cfg, spec)
+    if getattr(cfg, "init_from", None):  # trained on another task (its config.json's record), or other shapes
+        check_fits(policy, spec, f"policy.init_from: {cfg.init_from}")
+    return policy

@@ -279,6 +279,8 @@ class RobotEnv(VecEnv):
     def reset(self, seed: Seed = None, env_ids: torch.Tensor | None = None) -> tuple[Obs, dict]:
         if seed is not None and not isinstance(seed, int):
             seed = list(seed)[0]
+        if self.safety is not None:  # the last episode's interventions, in one line
+            self.safety.end_episode("last episode")
         c = self.cfg
         sent = time.monotonic()
         if c.reset == "topic":  # the state after the reset comes after the acknowledgement
@@ -416,5 +418,7 @@ class RobotEnv(VecEnv):
         return False
 
     def close(self) -> None:
+        if self.safety is not None:
+            self.safety.end_episode("last episode")
         if self._own_transport:
             self.tr.close()

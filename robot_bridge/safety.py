@@ -79,6 +79,7 @@ class SafetyFilter:
     def __init__(self, config: SafetyConfig):
         self.cfg = config
         self.counts: Counter[str] = Counter()
+        self.episode_counts: Counter[str] = Counter()  # since the last end_episode()
         self._estop = threading.Event()
         self._last_sent = -math.inf
         self.hold_gripper = 0.0  # gripper value of the hold command (ee_delta mode)
@@ -101,9 +102,35 @@ class SafetyFilter:
 
     def _count(self, what: str, detail: str = "") -> None:
         self.counts[what] += 1
-        n = self.counts[what]
-        if n <= 3 or (n & (n - 1)) == 0:  # log the first few, then at powers of two
-            log.warning("safety: %s intervention #%d %s", what, n, detail)
+        self.episode_counts[what] += 1
+        log.debug("safety: %s intervention #%d %s", what, self.counts[what], detail)
+
+    def limit(self, what: str) -> str:
+        """What an intervention of kind `what` means, with the configured limit it enforced."""
+        c = self.cfg
+        return {"range": f"actions clipped to [{c.action_low:g}, {c.action_high:g}]",
+                "delta": f"translation clipped to +-{c.max_delta:g} per step",
+                "workspace": f"target held inside the workspace {list(c.workspace_low)}..{list(c.workspace_high)}",
+                "joint_limit": "joint targets clipped to the joint limits",
+                "velocity": "joint step clipped to the velocity limit",
+                "watchdog": f"no command: the observation was older than {c.watchdog_s:g} s",
+                "rate": f"no command: faster than {c.max_rate_hz:g} Hz",
+                "shape": f"held: the action was not [{c.action_dim}]",
+                "nonfinite": "held: the action was not finite",
+                "refused": "no command: it would break a limit",
+                "estop": "no command: e-stop engaged",
+                "no_position": "no motion: no robot position to check against"}.get(what, what)
+
+    def end_episode(self, label: str = "episode") -> str | None:
+        """One line summarising this episode's interventions (kind, count, the limit hit),
+        logged once; None (and nothing logged) if there were none. Starts the next episode's count."""
+        if not self.episode_counts:
+            return None
+        parts = [f"{what} x{n} ({self.limit(what)})" for what, n in self.episode_counts.most_common()]
+        self.episode_counts = Counter()
+        line = f"safety: {label}: " + "; ".join(parts)
+        log.warning("%s", line)
+        return line
 
     # ------------------------------------------------------------------ the filter
     def hold(self, position: np.ndarray) -> np.ndarray:

@@ -37,13 +37,15 @@ def make_env(task: str, num_envs: int, **kwargs: Any) -> VecEnv:
     several tasks in one batch (sims/multitask.py; num_envs split evenly, kwargs to each). "wm:PATH" is a world model
     trained by `embodied world-model train` (sims/world_model); of the kwargs it takes obs_mode
     ("rgb" for a model trained with cameras), cameras, image_size, reward_mode (dense, sparse or
-    task), max_episode_steps, seed, keyframes, rollout (mean or members), model_noise and
-    expected_task (the task it must model)."""
+    task), max_episode_steps, seed, keyframes, rollout (mean or members), model_noise,
+    allow_failed_model and expected_task (the task it must model)."""
     if not task.startswith("wm:"):  # the world model's own knobs, at their defaults
         from sims.vecenv import EnvError
 
         for key, what, default, shown in (("rollout", "steps a world model's ensemble", "mean", "mean"),
-                                          ("model_noise", "perturbs a world model's steps", 0.0, "0")):
+                                          ("model_noise", "perturbs a world model's steps", 0.0, "0"),
+                                          ("allow_failed_model", "uses a world model that failed its quality gate",
+                                           False, "false")):
             if kwargs.pop(key, default) != default:
                 raise EnvError(f"env.{key}: {what} (env.task=wm:PATH); allowed for {task}: {shown}")
     if task.startswith("libero:"):  # LIBERO in its own venv (sims/libero, `make libero`)
@@ -90,7 +92,7 @@ def make_env(task: str, num_envs: int, **kwargs: Any) -> VecEnv:
                 raise EnvError(f"env.{key}: domain randomisation is implemented for the MuJoCo tasks "
                                f"only; allowed for world models: null")
         allowed = ("obs_mode", "expected_task", "max_episode_steps", "seed", "keyframes", "reward_mode", "cameras",
-                   "image_size", "rollout", "model_noise")
+                   "image_size", "rollout", "model_noise", "allow_failed_model")
         kwargs = {k: v for k, v in kwargs.items() if k in allowed and v is not None}
         return WorldModelVecEnv(task[3:], num_envs, **kwargs)
     if task.startswith("ms:"):

@@ -24,7 +24,10 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from tqdm import tqdm
+
 from embodied.data.dataset import EpisodeWriter
+from embodied.run.stop import stoppable
 from sims.registry import expert_for, make_env
 from sims.vecenv import EnvError
 
@@ -58,7 +61,7 @@ def _check(episodes: int, obs_mode: str, cameras: Sequence[str] | None, noise: f
 def collect_demos(task: str, episodes: int, out: str | Path, seed: int = 0, obs_mode: str = "state",
                   image_size: int = 64, num_envs: int = 0, only_success: bool = True,
                   cameras: Sequence[str] | None = None, noise: float = 0.0,
-                  expert_speed: float = 1.0) -> dict[str, Any]:
+                  expert_speed: float = 1.0, progress: bool = True) -> dict[str, Any]:
     """Run the task's expert until `episodes` episodes are written to `out`.
 
     Env k of batch j starts from seed + j * num_envs + k, so a dataset is
@@ -80,7 +83,7 @@ def collect_demos(task: str, episodes: int, out: str | Path, seed: int = 0, obs_
     spec["expert_noise_std"] = float(noise)
     spec["expert_speed"] = float(expert_speed)
     writer = EpisodeWriter(out, task, spec)
-    written, attempted, next_seed = 0, 0, seed
+    next_seed = seed
     obs, _ = env.reset(seed=list(range(next_seed, next_seed + B)))
     # Experts that plan per episode (the mplib expert) have reset(env_ids, privileged [n, P]).
     expert_reset = getattr(expert, "reset", None)
@@ -88,8 +91,31 @@ def collect_demos(task: str, episodes: int, out: str | Path, seed: int = 0, obs_
         expert_reset(np.arange(B), obs["privileged"].numpy())
     seeds = np.arange(next_seed, next_seed + B)
     next_seed += B
+    bar = tqdm(total=episodes, unit="episode", dynamic_ncols=True, disable=not progress, desc=f"collect {task}")
+    with stoppable("this step") as stop:
+        try:
+            written, attempted = _run(env, expert, expert_reset, writer, bar, stop, episodes, B, obs, seeds,
+                                      next_seed, rng, noise, expert_speed, only_success)
+        finally:
+            bar.close()
+            env.close()
+            if hasattr(expert, "close"):
+                expert.close()
+    return {"out": str(out), "task": task, "episodes": written, "attempted": attempted,
+            "cameras": list(cams) if obs_mode == "rgb" else [], "noise": float(noise),
+            "expert_success_rate": written / max(attempted, 1) if only_success else None}
+
+
+def _run(env: Any, expert: Any, expert_reset: Any, writer: EpisodeWriter, bar: Any, stop: Any, episodes: int,
+         B: int, obs: dict, seeds: np.ndarray, next_seed: int, rng: np.random.Generator, noise: float,
+         expert_speed: float, only_success: bool) -> tuple[int, int]:
+    """collect_demos' loop: (episodes written, attempted); on a signal, Stopped after the last
+    whole episode (each one is committed to the dataset as it is written)."""
+    written, attempted = 0, 0
     buffers: list[list[dict[str, torch.Tensor]]] = [[] for _ in range(B)]
     while written < episodes:
+        stop.check(f"{written} of {episodes} episodes in {writer.root} (each committed as written)",
+                   written=written, next_seed=next_seed)
         clean = expert(obs["privileged"].numpy()).astype(np.float32)  # [B, A], the label
         if expert_speed != 1.0:  # a slower demonstrator: motion scaled, the gripper command kept
             clean[:, :-1] *= expert_speed
@@ -111,6 +137,8 @@ def collect_demos(task: str, episodes: int, out: str | Path, seed: int = 0, obs_
                 episode = {k: torch.stack([s[k] for s in steps]) for k in steps[0]}
                 writer.add(episode, obs["instruction"][i], int(seeds[i]))
                 written += 1
+                bar.update(1)
+                bar.set_postfix(expert_success=f"{written / attempted:.2f}", refresh=False)
             # The env auto-reset from its own stream; re-seed it so every episode has a known seed.
             seeds[i] = next_seed
             next_seed += 1
@@ -121,9 +149,4 @@ def collect_demos(task: str, episodes: int, out: str | Path, seed: int = 0, obs_
             if expert_reset is not None:
                 expert_reset(ids.numpy(), fresh["privileged"][ids].numpy())
         obs = res.obs
-    env.close()
-    if hasattr(expert, "close"):
-        expert.close()
-    return {"out": str(out), "task": task, "episodes": written, "attempted": attempted,
-            "cameras": list(cams) if obs_mode == "rgb" else [], "noise": float(noise),
-            "expert_success_rate": written / max(attempted, 1) if only_success else None}
+    return written, attempted

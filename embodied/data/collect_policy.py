@@ -36,7 +36,7 @@ def collect_policy_rollouts(checkpoint: str | Path, episodes: int, out: str | Pa
     Actions are sampled from the policy unless `deterministic`."""
     from embodied.run.checkpoint import resolve_checkpoint
     from embodied.rl.loop_parts import build_env, config_from_checkpoint
-    from policies.base import Policy
+    from policies.base import Policy, check_fits
 
     if not isinstance(episodes, int) or episodes <= 0:
         raise EnvError(f"--episodes must be a positive integer, got {episodes}")
@@ -54,6 +54,13 @@ def collect_policy_rollouts(checkpoint: str | Path, episodes: int, out: str | Pa
     policy.eval()
     B = num_envs or min(episodes, 32)
     env = build_env(env_cfg, B)
+    if not policy.record:
+        policy.record = {"task": config_from_checkpoint(ckpt).env.task}
+    try:
+        check_fits(policy, env.spec, f"--policy {ckpt}")
+    except Exception:
+        env.close()
+        raise
     spec = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(env.spec).items()}
     spec["recorded_policy"] = {"checkpoint": ckpt.name, "run": ckpt.parent.parent.name,
                                "deterministic": bool(deterministic)}

@@ -117,7 +117,9 @@ def restore(backend: Any, collector: Any, learners: list[Any], policy: Any,
     policy.load_saved_weights(ckpt / "policy")
     load_roles_state(backend, collector, learners, state, policy.state_dict())
     torch.set_rng_state(state["torch_rng"])
-    return ckpt, meta["iteration"], meta["env_steps"], meta.get("summary", {})
+    summary = meta.get("summary", {})
+    summary["checkpoint"] = str(ckpt)  # the recorded path may be of the run this one was copied from
+    return ckpt, meta["iteration"], meta["env_steps"], summary
 
 
 def lost_learner(error: BaseException, restarted: int, budget: int, ckpt: Path | None, run_dir: Path) -> None:
@@ -137,7 +139,8 @@ def lost_learner(error: BaseException, restarted: int, budget: int, ckpt: Path |
 def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, Any]:
     """embodied/rl/train.py's train() for a config with train.backend / train.placement set: the
     same summary, checkpoints, TensorBoard sections and evaluation."""
-    from embodied.rl.loop_parts import build_env, end_iteration, eval_seeds  # at call time: tests patch end_iteration
+    from embodied.rl.loop_parts import build_env, end_iteration, eval_seeds, save_iteration  # at call time: tests patch end_iteration
+    from embodied.run.stop import stoppable
 
     tc = cfg.train
     cfg = with_stale_defaults(cfg, tc.max_staleness)
@@ -149,6 +152,8 @@ def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) ->
     torch.manual_seed(tc.seed)
     backend = make_backend(backend_name, placement)  # resources and the address, before anything starts
     eval_env = None
+    stopping = stoppable("this iteration")
+    stop = stopping.__enter__()
     try:
         learner_thread = tc.max_staleness > 0
         collector, learners = build_roles(cfg, placement, backend, learner_thread=learner_thread)
@@ -207,7 +212,7 @@ def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) ->
         role_times(b, collector, learners, 0.0)  # zero the roles' busy counters
         t_window = time.perf_counter()
         ahead: deque[tuple[Any, dict[str, float]]] = deque()  # batches collected ahead, oldest first
-        while env_steps < tc.total_steps:
+        while env_steps < tc.total_steps and not stop:
             try:
                 if backend_name == "ray" and not ahead and isinstance(collector, ShardedCollector):
                     heal(collector)  # roles lost since the last batch, rebuilt where hosts remain
@@ -268,11 +273,16 @@ def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) ->
                              f"{tc.learner_restarts}: rolled back to {last_ckpt.name} (step {env_steps})")
                 role_times(b, collector, learners, 0.0)
                 t_window = time.perf_counter()
+        if stop and summary.get("checkpoint") != str(run_dir / "checkpoints" / f"iter_{it:06d}"):
+            save_iteration(cfg, it, env_steps, policy, summary, roles, result)
         logger.close()
     finally:
+        stopping.__exit__(None, None, None)
         if eval_env is not None:
             eval_env.close()
         backend.shutdown()
+    stop.check(f"checkpoint {summary.get('checkpoint')} (iteration {it}, {env_steps} of {tc.total_steps} env steps)",
+               f"embodied train --resume {run_dir}")
     summary.update(run_dir=str(run_dir), tensorboard=str(run_dir / "tb"), wall_seconds=time.time() - t_start,
                    env_steps=env_steps, iterations=it, backend=backend_name,
                    learner_restarts=restarts_before + restarted)

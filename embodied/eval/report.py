@@ -203,6 +203,10 @@ def across_tasks(t: Tally, conditions: dict, reps: int, seed: int) -> list[str]:
                 notes.append(f"- {ck} / {cond}: not computed, the tasks have different numbers of runs {counts}.")
                 continue
             scores = np.array([[kn[0] / kn[1] for _, kn in p] for p in per_task]).T  # [runs, tasks]
+            if scores.shape[0] < MIN_IQM_RUNS:
+                rows.append([ck, cond, scores.shape[0], scores.shape[1],
+                             f"not computed: {scores.shape[0]} run(s), the interval needs >= {MIN_IQM_RUNS}"])
+                continue
             point, low, high = stats.stratified_bootstrap_ci(scores, "iqm", reps=reps, seed=seed)
             rows.append([ck, cond, scores.shape[0], scores.shape[1], _fmt(point, low, high)])
     unit = ("the run (the episodes' `run` field)" if t.runs_given else
@@ -211,7 +215,9 @@ def across_tasks(t: Tally, conditions: dict, reps: int, seed: int) -> list[str]:
     return ["## Across tasks: IQM", "",
             f"Interquartile mean of the runs' success rates over runs x tasks, with its 95% stratified-"
             f"bootstrap interval ({reps} resamples, seed {seed}; runs resampled within each task). "
-            f"The unit is {unit}.", "",
+            f"The unit is {unit}. With fewer than {MIN_IQM_RUNS} runs a bootstrap resample repeats the same "
+            "few values and its interval comes out narrower than the Wilson interval of the same episodes, so none "
+            "is given (more trials give more runs).", "",
             *_table(["checkpoint", "condition", "runs", "tasks", "IQM [95% CI]"], rows), *notes]
 
 
@@ -278,6 +284,40 @@ def plot_sweeps(series: dict[str, list], out: Path) -> str | None:
         fig.savefig(out / _png(axis))
         plt.close(fig)
     return None
+
+
+MIN_IQM_RUNS = 5  # runs per task below which the IQM's bootstrap interval is not reported
+
+
+def verdict(t: Tally, conditions: dict) -> list[str]:
+    """One line per checkpoint and task: nominal success [Wilson 95%], the gap to the robot
+    [Newcombe 95%] where there is a robot, and the worst swept condition."""
+    nominal, robot, swept = _kind(conditions, "nominal"), _kind(conditions, "robot"), _kind(conditions, "sweep")
+    lines = []
+    for ck in t.checkpoints:
+        for task in t.tasks:
+            parts = []
+            for cond in nominal[:1]:
+                k, n = t.k.get((ck, cond, task), 0), t.n.get((ck, cond, task), 0)
+                if n:
+                    low, high = stats.wilson_interval(k, n)
+                    parts.append(f"simulation {k}/{n} = {k / n:.2f} [{low:.2f}, {high:.2f}]")
+            for cond in robot[:1]:
+                ks, ns = t.k.get((ck, nominal[0], task), 0) if nominal else 0, t.n.get((ck, nominal[0], task), 0) if nominal else 0
+                kr, nr = t.k.get((ck, cond, task), 0), t.n.get((ck, cond, task), 0)
+                if nr:
+                    parts.append(f"{cond} {kr}/{nr} = {kr / nr:.2f}")
+                if ns and nr:
+                    d, low, high = stats.newcombe_difference(ks, ns, kr, nr)
+                    parts.append(f"gap {d:+.2f} [{low:+.2f}, {high:+.2f}] "
+                                 f"({'a gap' if low > 0 else 'no gap shown' if low <= 0 <= high else 'robot better'})")
+            rates = [(t.k[(ck, c, task)] / t.n[(ck, c, task)], c) for c in swept if t.n.get((ck, c, task))]
+            if rates:
+                rate, cond = min(rates)
+                parts.append(f"worst sweep {cond} {rate:.2f}")
+            if parts:
+                lines.append(f"{ck} on {task}: " + "; ".join(parts))
+    return lines
 
 
 def _kind(conditions: dict, kind: str) -> list[str]:
@@ -373,14 +413,16 @@ def write_report(folder: str | Path, reps: int = 2000, seed: int = 0) -> Path:
     t = tally(results)
     sweep_lines, series = sweeps(t, results.conditions)
     lines = ["# Sim-to-real report", "",
-             f"Remade by `embodied report DIR` from results.json ({len(results.episodes)} episodes); "
-             "how to read it: docs/sim2real.md.", "",
-             *protocol_block(results, t, hashlib.sha256(raw).hexdigest()), "",
-             *per_condition(t, results.conditions), "",
-             *across_tasks(t, results.conditions, reps, seed), "",
+             "## Verdict", "", *[f"- {v}" for v in verdict(t, results.conditions)], "",
+             f"From results.json ({len(results.episodes)} episodes; every episode and the protocol, raw); remade by "
+             "`embodied report DIR`; how to read it: docs/sim2real.md. Intervals are 95%: Wilson for a success "
+             "rate, Newcombe for a gap.", "",
              *sweep_lines, "",
              *sim_to_real(t, results.conditions), "",
-             *agreement(t, results.conditions), ""]
+             *per_condition(t, results.conditions), "",
+             *across_tasks(t, results.conditions, reps, seed), "",
+             *agreement(t, results.conditions), "",
+             *protocol_block(results, t, hashlib.sha256(raw).hexdigest()), ""]
     skipped = plot_sweeps(series, folder)  # written once every number is computed: bad input loses nothing
     if skipped:
         lines.insert(lines.index("## Sim-to-real gap") - 1, skipped)

@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from embodied.eval.candidates import Checkpoint, load_checkpoints, versions
+from embodied.run.stop import command_line
 from embodied.eval.sim2real_robot import Sim2RealError, Twin, observed_cameras, robot_config_from_file, run_robot
 from embodied.run.device import policy_act, resolve_device
 
@@ -239,14 +240,34 @@ def sim2real(checkpoints: list[str], task: str, out: str | Path, trials: int = 1
                 failed[name] = (ck, seeds[i])
         log(f"  {ck.label:32s} {name:24s} success {sum(succ)}/{len(succ)}")
 
+    from embodied.run.stop import stoppable
+
+    stopping = stoppable("this condition")
+    stop = stopping.__enter__()
+    try:
+        return _evaluate(cks, conds, seeds, num_envs, task, out, sweep, robot, robot_name, robot_cfgs, twin, videos,
+                         episodes, chunk, failed, record, stop)
+    finally:
+        stopping.__exit__(None, None, None)
+
+
+def _evaluate(cks, conds, seeds, num_envs, task, out, sweep, robot, robot_name, robot_cfgs, twin, videos,
+              episodes, chunk, failed, record, stop) -> Path:
+    """sim2real's runs: the simulated conditions, then the robot; on a signal, the episodes so
+    far go into results.json and the report, and Stopped says so."""
+    from embodied.eval.report import write_report, write_results
+
+    def stopped() -> None:  # called between conditions: save() is defined by then
+        if stop:
+            if episodes:
+                save()
+                write_report(out)
+            stop.check(f"{len(episodes)} episodes in {out / 'results.json'} and the report made from them"
+                       if episodes else "nothing (no condition had finished)", command_line())
+
     t0 = time.monotonic()
-    for ck in cks:
-        for name, cond in conds.items():
-            if cond["kind"] != "robot":
-                succ, lengths, chunk[ck.label] = run_sim(ck, cond, seeds, num_envs)
-                record(ck, name, succ, lengths)
-    sim_s = time.monotonic() - t0
-    robot_s, interventions = 0.0, {}
+    sim_s = robot_s = 0.0
+    interventions: dict = {}
 
     def save() -> None:
         protocol = protocol_of(cks, task, seeds, sweep, robot, chunk, num_envs)
@@ -255,11 +276,20 @@ def sim2real(checkpoints: list[str], task: str, out: str | Path, trials: int = 1
             protocol["robot_safety_interventions"] = interventions
         write_results(out / "results.json", protocol, conds, episodes)
 
+    for ck in cks:
+        for name, cond in conds.items():
+            if cond["kind"] != "robot":
+                stopped()
+                succ, lengths, chunk[ck.label] = run_sim(ck, cond, seeds, num_envs)
+                record(ck, name, succ, lengths)
+                sim_s = time.monotonic() - t0
+
     if robot_name is not None:
         tw = Twin(task, twin, cks[0].cfg, cks[0].label, out / "twin.log", video=videos) if twin else None
         robot_video, twin_hz = None, _control_hz(task) if twin else 0.0
         try:
             for ck in cks:
+                stopped()
                 rc = tw.robot_config(ck.cfg) if tw else robot_cfgs[ck.label]
                 # the sim videos' rate: a twin is commanded faster than the task's control rate
                 fps = twin_hz if tw else rc.control_hz
@@ -276,6 +306,7 @@ def sim2real(checkpoints: list[str], task: str, out: str | Path, trials: int = 1
         finally:
             if tw is not None:
                 tw.close()
+    stopped()
     save()
     for name, (ck, seed) in failed.items() if videos else []:
         if conds[name]["kind"] != "robot":  # robot videos were recorded while the robot ran
@@ -299,8 +330,16 @@ def _safe(condition: str) -> str:
 
 
 def cmd_sim2real(args) -> int:
-    path = sim2real(args.checkpoints, args.task, args.out, trials=args.trials, sweep_file=args.sweep,
-                    twin=args.twin, robot_file=args.robot, num_envs=args.num_envs, videos=not args.no_videos,
-                    device=args.device)
-    print(f"wrote {path}")
+    from embodied.eval.report import load_results, tally, verdict
+    from embodied.run.stop import no_empty_dirs
+
+    with no_empty_dirs(args.out):
+        path = sim2real(args.checkpoints, args.task, args.out, trials=args.trials, sweep_file=args.sweep,
+                        twin=args.twin, robot_file=args.robot, num_envs=args.num_envs, videos=not args.no_videos,
+                        device=args.device)
+    results = load_results(Path(args.out) / "results.json") if (Path(args.out) / "results.json").is_file() else None
+    for line in verdict(tally(results), results.conditions) if results else []:
+        print(f"verdict: {line}")
+    html = path.with_name("report.html")
+    print(f"wrote {path}" + (f" and {html} (open it in a browser)" if html.is_file() else ""))
     return 0

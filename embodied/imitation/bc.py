@@ -123,6 +123,10 @@ def main(argv: list[str] | None = None) -> None:
                                       a.lr, a.seed, a.log_std, a.norm_count)
     except (DatasetError, ValueError) as e:
         raise SystemExit(f"embodied.imitation.bc: {e}")
+    from embodied.data.layout import read_info
+
+    policy.record = {"task": (read_info(a.dataset).get("embodied") or {}).get("task"), "obs_mode": "state",
+                     "obs_keys": [a.obs_key], "action_dim": int(policy.config.action_dim), "dataset": str(a.dataset)}
     policy.save_pretrained(a.out)
     info: dict[str, Any] = {"dataset": a.dataset, "episodes": episodes, "frames": len(obs), **fit,
                             "seconds": round(time.monotonic() - t0, 1)}

@@ -27,7 +27,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from embodied.config_loader import ConfigError, from_dict, load_mapping
-from embodied.run.device import DeviceError, check_device, flat_device_key, resolve_device
+from embodied.run.device import DeviceError, flat_device_key, resolve_device
 
 
 @dataclass
@@ -65,13 +65,14 @@ class SFTConfig:
     # the one device setting (embodied/run/device.py): auto (CUDA when present), cpu, cuda, cuda:N;
     # `train.device=...` is the same key, as `embodied train` spells it
     device: str = "auto"
+    progress: bool = True  # a progress bar with the loss
 
 
 def load_sft_config(path: str | Path, overrides: list[str] = ()) -> SFTConfig:
     """YAML file (a flat mapping of SFTConfig fields) plus key=value overrides; one-line errors."""
     cfg = from_dict(SFTConfig, flat_device_key(load_mapping(path, overrides, what="SFT settings", example="lr=1e-4")))
-    try:
-        check_device(cfg.device, "device")
+    try:  # the form, and a CUDA device that is not on this machine, before anything is built
+        resolve_device(cfg.device, "device")
     except DeviceError as e:
         raise ConfigError(str(e)) from None
     for key in ("max_minutes", "label_sigma"):
@@ -157,11 +158,11 @@ def train_sft(policy: Any, dataset: Dataset, cfg: SFTConfig, eval_env: Any = Non
     bf16 = device.type == "cuda" if cfg.bf16 is None else cfg.bf16
     policy.to(device).train()
     run = Path(cfg.run_dir)
-    writer = SummaryWriter(str(run / "tb"))
     loader = DataLoader(dataset, batch_size=cfg.batch_size, shuffle=True, drop_last=True,
                         num_workers=cfg.num_workers, generator=torch.Generator().manual_seed(cfg.seed))
     if len(loader) == 0:
         raise ConfigError(f"batch_size: {cfg.batch_size} is larger than the dataset ({len(dataset)} items)")
+    writer = SummaryWriter(str(run / "tb"))
     params = [p for p in policy.actor_parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     t0 = time.perf_counter()
@@ -183,6 +184,40 @@ def train_sft(policy: Any, dataset: Dataset, cfg: SFTConfig, eval_env: Any = Non
         summary["eval"].append((step, res.success_rate))
         log(f"step {step}: eval success {res.success_rate:.2f} over {len(seeds)} episodes")
 
+    from tqdm import tqdm
+
+    from embodied.run.stop import stoppable
+
+    bar = tqdm(total=cfg.steps, unit="step", dynamic_ncols=True, disable=not cfg.progress, desc="sft")
+    stopping = stoppable("this gradient step")
+    stop = stopping.__enter__()
+    step, samples, done = 0, 0, False
+    try:
+        step, samples = _fit(policy, loader, cfg, opt, sched, params, device, writer, summary, run, eval_env, run_eval,
+                             bar, stop, budget_s, time_fraction, t0)
+    finally:
+        stopping.__exit__(None, None, None)
+        bar.close()
+    summary["steps"] = step
+    summary["samples_per_s"] = samples / (time.perf_counter() - t0)
+    if stop:  # the weights so far, where the command that continues reads them
+        summary["stopped"] = stop.signum
+        summary["partial"] = str(save_atomic(policy, run / f"step_{step:07d}"))
+        writer.close()
+        policy.eval()
+        return summary
+    if eval_env is not None:
+        run_eval(step)
+    summary["final"] = str(save_atomic(policy, run / "final"))
+    writer.close()
+    policy.eval()
+    return summary
+
+
+def _fit(policy: Any, loader: DataLoader, cfg: SFTConfig, opt: Any, sched: Any, params: list, device: torch.device,
+         writer: Any, summary: dict[str, Any], run: Path, eval_env: Any, run_eval: Callable[[int], None], bar: Any,
+         stop: Any, budget_s: float, time_fraction: Callable[[], float], t0: float) -> tuple[int, int]:
+    """The gradient steps of train_sft until cfg.steps, the time budget or a signal; (steps, samples)."""
     step, samples, done = 0, 0, False
     while not done:
         for batch in loader:
@@ -197,7 +232,10 @@ def train_sft(policy: Any, dataset: Dataset, cfg: SFTConfig, eval_env: Any = Non
             step += 1
             samples += batch["actions"].shape[0]
             summary["loss"].append(loss.item())
-            done = step >= cfg.steps or (budget_s > 0 and time_fraction() >= 1.0)
+            done = step >= cfg.steps or (budget_s > 0 and time_fraction() >= 1.0) or bool(stop)
+            bar.update(1)
+            if step % 10 == 0 or done:
+                bar.set_postfix(loss=f"{loss.item():.4f}", refresh=False)
             if step % 50 == 0 or done:
                 sps = samples / (time.perf_counter() - t0)
                 writer.add_scalar("sft/loss", loss.item(), step)
@@ -210,14 +248,20 @@ def train_sft(policy: Any, dataset: Dataset, cfg: SFTConfig, eval_env: Any = Non
                 summary["checkpoints"].append(str(save_atomic(policy, run / f"step_{step:07d}")))
             if done:
                 break
-    summary["steps"] = step
-    summary["samples_per_s"] = samples / (time.perf_counter() - t0)
-    if eval_env is not None:
-        run_eval(step)
-    summary["final"] = str(save_atomic(policy, run / "final"))
-    writer.close()
-    policy.eval()
-    return summary
+    return step, samples
+
+
+def check_dataset(cfg: SFTConfig, dataset: Any) -> None:
+    """ConfigError (one line) unless the dataset holds cfg.task's demos with cfg.cameras' images."""
+    have = (dataset.info.get("embodied") or {}).get("task")
+    if have and have != cfg.task:
+        raise ConfigError(f"task: {cfg.task}, but {cfg.dataset} holds demos of {have}; allowed: task={have} "
+                          f"(the dataset's), or a dataset of {cfg.task}")
+    missing = [c for c in cfg.cameras if c not in dataset.cameras]
+    if missing:
+        held = ", ".join(dataset.cameras) or "none (a state-only dataset; collect one with --obs-mode rgb --cameras ...)"
+        raise ConfigError(f"cameras: {', '.join(cfg.cameras)}, but {cfg.dataset} records the cameras {held}; "
+                          f"allowed: cameras from the dataset's")
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
@@ -226,20 +270,37 @@ def cmd_sft(args: argparse.Namespace) -> int:
     from sims.registry import make_env
 
     from embodied.config_loader import find_config
+    from embodied.run.stop import Stopped, command_line, no_empty_dirs
 
     cfg = load_sft_config(find_config(args.config), args.overrides)
     if not cfg.dataset:
         raise ConfigError("dataset: set the LeRobot dataset root, e.g. dataset=data/reach")
     dataset = LeRobotDataset(cfg.dataset, chunk_size=cfg.chunk_size)
+    check_dataset(cfg, dataset)
     torch.manual_seed(cfg.seed)  # seeds the initial weights too
     policy = build_policy(cfg, dataset.stats)
+    trained_on = (getattr(policy, "record", None) or {}).get("task") if cfg.init_from else None
+    if trained_on and trained_on != cfg.task:
+        raise ConfigError(f"init_from: {cfg.init_from} was trained on task {trained_on!r}, not {cfg.task!r}; "
+                          f"allowed: task={trained_on} with a {trained_on} dataset, or a policy trained on {cfg.task}")
+    policy.record = {"task": cfg.task, "obs_mode": "rgb", "obs_keys": ["state", *(f"rgb_{c}" for c in cfg.cameras)],
+                     "action_dim": int(policy.config.action_dim), "dataset": str(cfg.dataset)}
     env = None
-    if cfg.eval_every or cfg.eval_episodes:
-        env = make_env(cfg.task, cfg.eval_envs, obs_mode="rgb", image_size=cfg.image_size,
-                       cameras=tuple(cfg.cameras))
-    summary = train_sft(policy, dataset, cfg, env)
-    if env is not None:
-        env.close()
+    with no_empty_dirs(cfg.run_dir):
+        if cfg.eval_every or cfg.eval_episodes:
+            env = make_env(cfg.task, cfg.eval_envs, obs_mode="rgb", image_size=cfg.image_size,
+                           cameras=tuple(cfg.cameras))
+        try:
+            summary = train_sft(policy, dataset, cfg, env)
+        finally:
+            if env is not None:
+                env.close()
+    if "stopped" in summary:
+        left = cfg.steps - summary["steps"]
+        raise Stopped(summary["stopped"], f"the weights after step {summary['steps']} of {cfg.steps} in "
+                      f"{summary['partial']} (the optimiser restarts when continued)",
+                      command_line(drop=("init_from=", "steps="), add=[f"init_from={summary['partial']}",
+                                                                       f"steps={left}"]))
     print(f"final checkpoint: {summary['final']}")
     if summary["eval"]:
         print(f"success rate: {summary['eval'][-1][1]:.2f}")

@@ -27,6 +27,8 @@ def build_env(cfg: EnvConfig, num_envs: int | None = None, device: Any = None) -
         extra["rollout"] = cfg.rollout
     if cfg.model_noise != 0.0:
         extra["model_noise"] = cfg.model_noise
+    if cfg.allow_failed_model:
+        extra["allow_failed_model"] = True
     return make_env(cfg.task, num_envs or cfg.num_envs, obs_mode=cfg.obs_mode, reward_mode=cfg.reward_mode,
                     image_size=cfg.image_size, num_threads=cfg.num_threads,
                     randomization=cfg.randomization, reality=cfg.reality, **extra)
@@ -64,10 +66,93 @@ def end_iteration(cfg: ExperimentConfig, it: int, env_steps: int, policy: Any, e
             logger.print("  per task: " + ", ".join(f"{t} {v:.2f}" for t, v in per.items()))
             summary.setdefault("eval_per_task", []).append((env_steps, per))
     if (tc.save_every and it % tc.save_every == 0) or last:
-        if result is not None:
-            summary["success_after"] = result.success_rate
-            summary["video"] = str(result.video) if result.video else summary.get("video")
-        meta = {"config": to_dict(cfg), "iteration": it, "env_steps": env_steps, "summary": summary}
-        ckpt = save_checkpoint(run_dir / "checkpoints", f"iter_{it:06d}", policy, state(), meta)
-        summary["checkpoint"] = str(ckpt)
+        save_iteration(cfg, it, env_steps, policy, summary, state, result)
     return result
+
+
+def save_iteration(cfg: ExperimentConfig, it: int, env_steps: int, policy: Any, summary: dict[str, Any],
+                   state: Callable[[], dict], result: EvalResult | None) -> Path:
+    """Checkpoint iteration `it` into RUN/checkpoints/iter_<it> (and point `latest` at it)."""
+    if result is not None:
+        summary["success_after"] = result.success_rate
+        summary["video"] = str(result.video) if result.video else summary.get("video")
+    policy.record = policy_record(cfg, policy)  # into policy/config.json: what eval, serve, init_from check
+    meta = {"config": to_dict(cfg), "iteration": it, "env_steps": env_steps, "summary": summary,
+            "trained_on": policy.record}
+    ckpt = save_checkpoint(Path(cfg.train.run_dir) / "checkpoints", f"iter_{it:06d}", policy, state(), meta)
+    summary["checkpoint"] = str(ckpt)
+    return ckpt
+
+
+def policy_record(cfg: ExperimentConfig, policy: Any) -> dict[str, Any]:
+    """What a checkpoint records of what its policy reads and writes: task, observation keys,
+    action width (policies.base.check_fits compares them with an env)."""
+    if cfg.policy.name == "mlp":
+        keys = [cfg.policy.obs_key]
+    else:
+        keys = ["state", *(f"rgb_{c}" for c in cfg.env.cameras)] if cfg.env.obs_mode == "rgb" else ["state"]
+    return {"task": cfg.env.task, "obs_mode": cfg.env.obs_mode, "obs_keys": keys,
+            "action_dim": int(policy.config.action_dim)}
+
+
+def preflight(cfg: ExperimentConfig, eval_env: VecEnv, seeds: list[int]) -> None:
+    """What the run's end needs, checked before its first step: the video's frames render."""
+    from embodied.config import ConfigError
+    from sims.vecenv import EnvError
+
+    if cfg.train.video_episodes:
+        try:
+            eval_env.reset(seed=[seeds[0]] * eval_env.num_envs)
+            eval_env.render([0])
+        except EnvError as e:
+            raise ConfigError(f"train.video_episodes: {cfg.train.video_episodes}, but {cfg.env.task} cannot render a "
+                              f"video ({str(e).splitlines()[0]}); allowed: train.video_episodes=0") from None
+
+
+def load_trained(path: str | Path, overrides: list[str] = ()) -> tuple[Path, ExperimentConfig, Any]:
+    """(checkpoint dir, its config with overrides, its policy in eval mode) of a checkpoint, a
+    checkpoints/ folder or a run directory. The policy's record (what it was trained on) falls
+    back to the config's task for checkpoints written before records existed."""
+    from embodied.run.checkpoint import resolve_checkpoint
+    from policies.base import Policy
+
+    ckpt = resolve_checkpoint(path)
+    _, meta, _ = load_checkpoint(ckpt)
+    cfg = config_from_dict(meta["config"], overrides)
+    policy = Policy.from_pretrained(ckpt / "policy")
+    policy.eval()
+    if not policy.record:
+        policy.record = {"task": meta["config"]["env"]["task"]}
+    return ckpt, cfg, policy
+
+
+def resume_config(path: str | Path, overrides: list[str] = ()) -> tuple[ExperimentConfig, Path]:
+    """(config, checkpoint) of `embodied train --resume PATH key=value...`. The run continues in
+    the run directory PATH names (a copied run resumes in place), not the one its config
+    records; `train.run_dir=NEW` continues it in a new run. ConfigError if continuing an older
+    checkpoint in its own run would leave later checkpoints behind `latest`."""
+    from embodied.config import ConfigError
+    from embodied.run.checkpoint import newer_checkpoints, resume_point, run_dir_of
+
+    ckpt = resume_point(path)
+    _, meta, _ = load_checkpoint(ckpt)
+    cfg = config_from_dict(meta["config"], overrides)
+    if cfg.env.task != meta["config"]["env"]["task"]:
+        raise ConfigError(f"env.task: {cfg.env.task}, but the run resumed from {ckpt} trains on "
+                          f"{meta['config']['env']['task']}; allowed: {meta['config']['env']['task']} (another task is a "
+                          f"new run: policy.init_from={ckpt / 'policy'})")
+    own = run_dir_of(ckpt)
+    if not any(o.strip().startswith("train.run_dir=") for o in overrides):
+        if own is None:
+            raise ConfigError(f"--resume: {path} is a checkpoint outside a run directory (RUN/checkpoints/NAME); "
+                              "name the run to continue it in: train.run_dir=DIR")
+        cfg.train.run_dir = str(own)
+    named = Path(path)
+    picked = not ((named / "latest").is_file() or (named / "checkpoints" / "latest").is_file())
+    if picked and own is not None and Path(cfg.train.run_dir).resolve() == own.resolve():
+        later = newer_checkpoints(ckpt)
+        if later:
+            raise ConfigError(f"--resume: {ckpt.name} is older than {', '.join(later)} of {own}; continuing it there "
+                              f"would overwrite them and move `latest` back; allowed: --resume {own} (its newest "
+                              f"checkpoint), or train.run_dir=NEW_DIR to branch a new run from {ckpt.name}")
+    return cfg, ckpt

@@ -10,11 +10,12 @@ import torch
 
 from embodied.config import ExperimentConfig
 from embodied.eval.evaluate import EvalResult, evaluate
-from embodied.rl.loop_parts import build_env, end_iteration, eval_seeds
+from embodied.rl.loop_parts import build_env, end_iteration, eval_seeds, preflight, save_iteration
 from embodied.rl.registry import algorithm
 from embodied.run.checkpoint import load_checkpoint
 from embodied.run.logger import Logger
 from embodied.run.device import resolve_device
+from embodied.run.stop import StopFlag, stoppable
 from policies.registry import build_policy
 from sims.vecenv import VecEnv
 
@@ -49,7 +50,16 @@ def train(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, 
     collector, learner = build_algorithm(cfg, env, policy)
     eval_env = build_env(cfg.env, min(tc.eval_episodes, 64), device=device)
     seeds = eval_seeds(tc.eval_episodes)
+    preflight(cfg, eval_env, seeds)
+    with stoppable("this iteration") as stop:
+        return _train(cfg, resume, env, policy, collector, learner, eval_env, seeds, stop)
 
+
+def _train(cfg: ExperimentConfig, resume: str | Path | None, env: VecEnv, policy: Any, collector: Any, learner: Any,
+           eval_env: VecEnv, seeds: list[int], stop: StopFlag) -> dict[str, Any]:
+    """train()'s loop, until total_steps or a signal (then a checkpoint of the last iteration and Stopped)."""
+    tc = cfg.train
+    run_dir = Path(tc.run_dir)
     it, env_steps, summary = 0, 0, {}
     if resume is not None:
         ckpt, meta, state = load_checkpoint(resume)
@@ -59,6 +69,7 @@ def train(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, 
         collector.load_state_dict(state["collector"])
         torch.set_rng_state(state["torch_rng"])
         it, env_steps, summary = meta["iteration"], meta["env_steps"], meta.get("summary", {})
+        summary["checkpoint"] = str(ckpt)  # the recorded path may be of the run this one was copied from
     else:
         collector.reset(seed=tc.seed)
         if collector.obs is not None:
@@ -78,7 +89,7 @@ def train(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, 
 
     result: EvalResult | None = None
     t_start = time.time()
-    while env_steps < tc.total_steps:
+    while env_steps < tc.total_steps and not stop:
         t0 = time.time()
         traj = collector.collect()
         t1 = time.time()
@@ -99,9 +110,13 @@ def train(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, 
                         kl=stats.get("approx_kl", 0.0))
 
         result = end_iteration(cfg, it, env_steps, policy, eval_env, seeds, logger, summary, trainer_state, result)
+    if stop and summary.get("checkpoint") != str(run_dir / "checkpoints" / f"iter_{it:06d}"):
+        save_iteration(cfg, it, env_steps, policy, summary, trainer_state, None)  # while the envs are open
     logger.close()
     env.close()
     eval_env.close()
+    stop.check(f"checkpoint {summary.get('checkpoint')} (iteration {it}, {env_steps} of {tc.total_steps} env steps)",
+               f"embodied train --resume {run_dir}")
     summary.update(run_dir=str(run_dir), tensorboard=str(run_dir / "tb"), wall_seconds=time.time() - t_start,
                    env_steps=env_steps, iterations=it)
     return summary

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from embodied.robot_rl.config import FinetuneConfig
 from embodied.robot_rl.data import load_policy
@@ -37,6 +39,7 @@ from embodied.robot_rl.replay import chunk_transition
 from embodied.robot_rl.residual import BasePolicy, compose, residual_of
 from embodied.robot_rl.sim_robot import SimOperator, SimRobot
 from robot_bridge.recorder import camera_transform_of, episode_writer
+from embodied.run.stop import stoppable
 from robot_bridge.robot_env import RobotEnv
 from robot_bridge.teleop import Teleop
 from sims.vecenv import EnvError
@@ -309,6 +312,8 @@ class Actor:
         a = self.cfg.actor
         first = self.writer.info["total_episodes"]
         ended, code, evals = "episodes", 0, []
+        stopping = stoppable("this episode")
+        self.stop = stopping.__enter__()
         try:
             obs, _ = self.env.reset()
             if self.base is not None:
@@ -317,19 +322,31 @@ class Actor:
                 obs, rate = self.evaluate(obs)
                 evals.append(rate)
                 self.log(kind="eval", episode=0, success=rate)
+            bar = tqdm(total=a.episodes, initial=first, unit="episode", dynamic_ncols=True, desc="finetune-robot",
+                       disable=not self.cfg.actor.progress)
+            recent: list[bool] = []
             for index in range(first, a.episodes):
+                if self.stop:  # a signal: end after the last whole episode (embodied/stop.py)
+                    ended, code = signal.Signals(self.stop.signum).name, 128 + self.stop.signum
+                    break
                 obs, summary = self.episode(obs, index)
                 self.link.send(("episode", {"episode": index, **summary}))
                 self.log(kind="episode", episode=index + 1, **summary)
+                recent = (recent + [bool(summary.get("success"))])[-20:]
+                bar.update(1)
+                bar.set_postfix(success_last_20=f"{sum(recent) / len(recent):.2f}", version=self.version, refresh=False)
                 if a.eval_every and (index + 1) % a.eval_every == 0:
                     obs, rate = self.evaluate(obs)
                     evals.append(rate)
                     self.log(kind="eval", episode=index + 1, success=rate)
+                    bar.write(f"episode {index + 1}: held-out success {rate:.2f}")
+            bar.close()
         except EnvError as e:
             estop = self.env.safety is not None and self.env.safety.estopped
             ended, code = ("e-stop", 0) if estop else (str(e).splitlines()[0], 1)
             log.error("actor: %s", ended) if code else log.warning("actor: e-stop: run ended, episodes recorded")
         finally:
+            stopping.__exit__(None, None, None)
             self.link.stop_listening()  # a learner that connected as the run ended still gets
             self._poll_link()  # the episodes it lacks (its hello answered), then the stop
             self.link.send(("stop", ended))

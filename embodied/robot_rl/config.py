@@ -41,6 +41,7 @@ class ActorConfig:
     port: int = 0  # the link's local port (0: any free port, written to run_dir/actor.port)
     seed: int = 0
     lockstep: bool = False  # wait after each training step until the learner has done its updates (twins)
+    progress: bool = True  # a progress bar: episodes, success over the last 20, policy version
     keep_success_frame: bool = True  # record the state a success was seen in as one more row (reward classifier data)
     frames_after_success: int = 0  # then act this many steps more and record their frames too (positives; not RL)
 

@@ -18,7 +18,11 @@ ROLES = ("all", "actor", "learner", "init")
 
 
 def _learner_main(cfg) -> None:
+    import signal
+
     from embodied.robot_rl.learner_process import run_learner
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the actor ends the run and tells it
 
     run_learner(cfg)
 
@@ -28,18 +32,20 @@ def cmd_finetune_robot(args: argparse.Namespace) -> int:
 
     from embodied.robot_rl.config import FinetuneConfigError, load_finetune_config
     from embodied.robot_rl.learner_process import prepare
+    from embodied.run.stop import Stopped, command_line, no_empty_dirs
     from sims.vecenv import EnvError
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     torch.set_num_threads(1)
     try:
         cfg = load_finetune_config(args.config, args.overrides)
-        if args.role in ("all", "init"):
-            prepare(cfg)
-        if args.role in ("all", "actor") and cfg.robot.success == "classifier":
-            from embodied.robot_rl.reward import classifier_for_robot
+        with no_empty_dirs(cfg.run_dir):  # a failed start leaves no empty run directory
+            if args.role in ("all", "init"):
+                prepare(cfg)
+            if args.role in ("all", "actor") and cfg.robot.success == "classifier":
+                from embodied.robot_rl.reward import classifier_for_robot
 
-            classifier_for_robot(cfg.reward_classifier, cfg.robot)  # a mismatch: one line, before anything runs
+                classifier_for_robot(cfg.reward_classifier, cfg.robot)  # a mismatch: one line, before anything runs
     except (FinetuneConfigError, EnvError, ValueError) as e:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
@@ -78,6 +84,9 @@ def cmd_finetune_robot(args: argparse.Namespace) -> int:
             if proc.is_alive():
                 proc.terminate()
     print(json.dumps(summary))
+    if summary["exit_code"] > 128:  # a signal: the episodes so far and the learner's last policy stay
+        raise Stopped(summary["exit_code"] - 128, f"{summary['episodes']} episodes and policy version "
+                      f"{summary['version']} in {cfg.run_dir}", command_line())
     if summary["exit_code"]:
         print(f"error: {summary['ended']}", file=sys.stderr)
     return summary["exit_code"]

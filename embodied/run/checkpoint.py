@@ -112,10 +112,68 @@ def resolve_checkpoint(path: str | Path) -> Path:
 def load_checkpoint(path: str | Path) -> tuple[Path, dict[str, Any], dict[str, Any]]:
     """Return (checkpoint dir, meta without trainer state, trainer state)."""
     ckpt = resolve_checkpoint(path)
+    f = ckpt / "meta.json"
     try:
-        meta = json.loads((ckpt / "meta.json").read_text())
-        tensors = load_file(str(ckpt / "trainer.safetensors"))
-    except (OSError, ValueError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{ckpt}: unreadable checkpoint ({type(e).__name__}: {str(e).splitlines()[0]})") from None
-    state = unflatten_state(meta.pop("trainer_state"), tensors)
+        meta = json.loads(f.read_text())
+        state_json = meta.pop("trainer_state")
+        f = ckpt / "trainer.safetensors"
+        tensors = load_file(str(f))
+        state = unflatten_state(state_json, tensors)
+    except Exception as e:  # OSError, JSONDecodeError, KeyError, safetensors' SafetensorError
+        raise CheckpointError(f"{f}: unreadable ({type(e).__name__}: {(str(e).splitlines() or [''])[0]}); allowed: "
+                              "a checkpoint as `embodied train` wrote it (an earlier one of the run, or copy it "
+                              "again)") from None
     return ckpt, meta, state
+
+
+def check_readable(ckpt: Path) -> None:
+    """CheckpointError (one line, naming the file) unless every file of the checkpoint reads."""
+    from safetensors import safe_open
+
+    for f in (ckpt / "meta.json", ckpt / "trainer.safetensors", ckpt / "policy" / "config.json",
+              ckpt / "policy" / "model.safetensors"):
+        try:
+            if f.suffix == ".json":
+                json.loads(f.read_text())
+            else:
+                with safe_open(str(f), "pt") as fh:  # the header; a truncated body fails on the tensors
+                    for key in fh.keys():
+                        fh.get_tensor(key)
+        except Exception as e:  # OSError, JSONDecodeError, SafetensorError
+            raise CheckpointError(f"{f}: unreadable ({type(e).__name__}: {(str(e).splitlines() or [''])[0]})") from None
+
+
+def run_dir_of(ckpt: Path) -> Path | None:
+    """The run directory holding a checkpoint (RUN/checkpoints/NAME), or None."""
+    return ckpt.parent.parent if ckpt.parent.name == "checkpoints" else None
+
+
+def resume_point(path: str | Path, log=print) -> Path:
+    """The checkpoint `--resume PATH` continues from: a checkpoint itself, or the newest readable
+    one of a run (its `latest`, else the newest iter_* that reads in full, said aloud)."""
+    path = Path(path)
+    root = path if (path / "latest").is_file() else path / "checkpoints"
+    if not (root / "latest").is_file():
+        ckpt = resolve_checkpoint(path)
+        check_readable(ckpt)
+        return ckpt
+    latest = root / (root / "latest").read_text().strip()
+    candidates = [latest] + sorted((p for p in root.glob("iter_*") if p.is_dir() and p != latest), reverse=True)
+    skipped = []
+    for ckpt in candidates:
+        try:
+            check_readable(ckpt)
+        except CheckpointError as e:
+            skipped.append(f"{ckpt.name} ({e})")
+            continue
+        if skipped:
+            log(f"resume: {'; '.join(skipped)}; continuing from {ckpt.name}, the newest readable checkpoint")
+        return ckpt
+    raise CheckpointError(f"--resume: no readable checkpoint in {root}: {'; '.join(skipped)}")
+
+
+def newer_checkpoints(ckpt: Path) -> list[str]:
+    """Names of the checkpoints of ckpt's run later than ckpt (by iteration), that resuming from
+    ckpt into the same run would overwrite or leave behind `latest`."""
+    root = ckpt.parent
+    return sorted(p.name for p in root.glob("iter_*") if p.is_dir() and p.name > ckpt.name)

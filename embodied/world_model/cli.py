@@ -64,14 +64,29 @@ def cmd_world_model_train(args: argparse.Namespace) -> int:
     from embodied.world_model.quality import report
     from embodied.world_model.train import heldout_episodes, train_world_model
 
+    from embodied.run.stop import Stopped, command_line, no_empty_dirs, stoppable
+    from embodied.world_model.quality import quality_gate, verdict
+
     cfg = load_config(find_config(args.config), args.overrides)
-    model, resets, summary = train_world_model(cfg)
-    out = save_world_model(args.out or Path("runs") / "world_model" / cfg.task, model, resets)
-    rep = report(model, heldout_episodes(model.cfg))
-    (out / "report.json").write_text(json.dumps({"train": summary, "eval": rep}, indent=1))
+    out = Path(args.out or Path("runs") / "world_model" / cfg.task)
+    with no_empty_dirs(out), stoppable("this epoch") as stop:
+        model, resets, summary = train_world_model(cfg, stop=lambda: bool(stop))
+        if model is None:  # a signal in the first epoch: nothing worth keeping
+            stop.check("nothing (stopped in the first epoch)", command_line())
+        out = save_world_model(out, model, resets)
+        rep = report(model, heldout_episodes(model.cfg))
+        passed, why = quality_gate(rep)
+        (out / "report.json").write_text(json.dumps({"train": summary, "eval": rep,
+                                                     "gate": {"passed": passed, "why": why}}, indent=1))
+    if stop:
+        left = cfg.epochs - summary["epochs"]
+        raise Stopped(stop.signum, f"the model of its best epoch of {summary['epochs']} in {out}",
+                      command_line(drop=("init_from=", "epochs="), add=[f"init_from={out}", f"epochs={left}"]))
     print(json.dumps({"checkpoint": str(out), "epochs": summary["epochs"], "seconds": round(summary["seconds"], 1),
                       "best_heldout_error": summary["best_heldout_error"], "eval": rep}, indent=1))
-    print(f"use it as a task: env.task=wm:{out}")
+    print(verdict(rep))
+    print(f"use it as a task: env.task=wm:{out}" if passed else
+          f"as a task (env.task=wm:{out}) it is refused unless env.allow_failed_model=true: {why}")
     return 0
 
 
@@ -79,7 +94,7 @@ def cmd_world_model_eval(args: argparse.Namespace) -> int:
     from sims.vecenv import EnvError
     from sims.world_model.checkpoint import load_world_model
     from embodied.world_model.windows import load_episodes
-    from embodied.world_model.quality import report
+    from embodied.world_model.quality import report, verdict
     from embodied.world_model.train import heldout_episodes
 
     try:
@@ -91,9 +106,10 @@ def cmd_world_model_eval(args: argparse.Namespace) -> int:
     model, _ = load_world_model(args.checkpoint)
     episodes = (load_episodes(args.dataset, model.cfg.task, model.cfg.cameras)[0] if args.dataset
                 else heldout_episodes(model.cfg))
+    rep = report(model, episodes, ks)
     print(json.dumps({"checkpoint": args.checkpoint, "task": model.cfg.task,
-                      "dataset": args.dataset or f"{model.cfg.dataset} (held-out episodes)",
-                      **report(model, episodes, ks)}, indent=1))
+                      "dataset": args.dataset or f"{model.cfg.dataset} (held-out episodes)", **rep}, indent=1))
+    print(verdict(rep), file=sys.stderr)  # stdout stays one JSON document
     return 0
 
 

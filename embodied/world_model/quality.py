@@ -113,3 +113,38 @@ def report(model: WorldModel, episodes: Sequence[Episode], ks: Sequence[int] = (
     if model.cfg.member_heads:
         out["success_head_min"] = _null_nan(success_head_report(model, episodes, "min"))
     return out
+
+
+GATE_MIN_AUROC = 0.8  # the success head must separate success from failure steps at least this well
+GATE_MAX_FPR = 0.1  # and call at most this share of failure steps a success (a policy inside it would "succeed")
+
+
+def quality_gate(rep: dict[str, Any]) -> tuple[bool, str]:
+    """(passed, why) of a quality report: the model's k-step error must be below copy-last's at
+    every k that has data, and its success head must reach GATE_MIN_AUROC with a false-positive
+    rate <= GATE_MAX_FPR where the episodes hold both classes. A model that fails it is refused
+    as an env (sims/world_model/env.py) unless env.allow_failed_model=true."""
+    for k, row in rep.get("kstep", {}).items():
+        m, c = row.get("model"), row.get("copy_last")
+        if m is not None and c is not None and not m < c:
+            return False, f"its {k}-step error {m:.3f} is not below copy-last's {c:.3f}"
+    head = rep.get("success_head") or {}
+    if head.get("auroc") is not None and head["auroc"] < GATE_MIN_AUROC:
+        return False, f"its success head's AUROC {head['auroc']:.2f} is below {GATE_MIN_AUROC}"
+    if head.get("fpr") is not None and head.get("auroc") is not None and head["fpr"] > GATE_MAX_FPR:
+        return False, (f"its success head calls {head['fpr']:.0%} of failure steps a success "
+                       f"(allowed: <= {GATE_MAX_FPR:.0%})")
+    return True, "k-step error below copy-last at every k, success head AUROC and false-positive rate within bounds"
+
+
+def verdict(rep: dict[str, Any]) -> str:
+    """One line: better or worse than copy-last at the largest k with data, and the gate."""
+    rows = [(int(k), r) for k, r in rep.get("kstep", {}).items() if r.get("model") is not None]
+    passed, why = quality_gate(rep)
+    gate = f"quality gate {'passed' if passed else 'FAILED'}: {why}"
+    if not rows:
+        return f"verdict: no k-step error (episodes too short); {gate}"
+    k, r = max(rows, key=lambda kr: kr[0])
+    better = r["model"] < r["copy_last"]
+    return (f"verdict: {'better' if better else 'worse'} than copy-last at k={k} ({r['model']:.3f} vs "
+            f"{r['copy_last']:.3f}); {gate}")

@@ -222,8 +222,10 @@ def resets_of(episodes: list[Episode], keyframe_every: int) -> dict[str, Any]:
     return out
 
 
-def train_world_model(cfg: WorldModelConfig, log=print) -> tuple[WorldModel, dict[str, Any], dict[str, Any]]:
-    """Train on cfg.dataset; return (best model, resets, summary)."""
+def train_world_model(cfg: WorldModelConfig, log=print, stop=None) -> tuple[WorldModel, dict[str, Any], dict[str, Any]]:
+    """Train on cfg.dataset; return (best model, resets, summary). stop: a callable; once it is
+    true, training ends after the epoch (the best epoch's weights so far are returned; None
+    for the model if no epoch ended)."""
     _check(cfg)
     torch.manual_seed(cfg.seed)
     episodes, spec = load_episodes(cfg.dataset, cfg.task, cfg.cameras)
@@ -282,8 +284,10 @@ def train_world_model(cfg: WorldModelConfig, log=print) -> tuple[WorldModel, dic
             bad += 1
         metric = "heads' loss" if cfg.heads_only else f"{cfg.horizon_k}-step error"
         log(f"epoch {epoch}: train loss {loss.item():.4f}, held-out {metric} {err:.4f}")
-        if bad >= cfg.patience or time.monotonic() - start > 60 * cfg.max_minutes:
+        if bad >= cfg.patience or time.monotonic() - start > 60 * cfg.max_minutes or (stop is not None and stop()):
             break
+    if best_state is None:  # stopped before an epoch ended
+        return None, None, {"epochs": 0}
     model.load_state_dict(best_state)
     model.cpu().eval()
     wh, fh = to_device(wh, torch.device("cpu")), to_device(fh, torch.device("cpu"))

@@ -43,12 +43,22 @@ def load_world_model(path: str | Path, task: str | None = None) -> tuple[WorldMo
     if not (path / CONFIG).is_file() or not (path / WEIGHTS).is_file():
         raise EnvError(f"world model: {path} holds no {CONFIG} and {WEIGHTS}; train one with "
                        "`embodied world-model train`")
-    meta = json.loads((path / CONFIG).read_text())
+    try:
+        meta = json.loads((path / CONFIG).read_text())
+        cfg_raw = meta["config"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise EnvError(f"world model: {path / CONFIG} is unreadable ({type(e).__name__}); allowed: the config.json "
+                       "that `embodied world-model train` wrote") from None
     known = {f.name for f in fields(WorldModelConfig)}
-    cfg = WorldModelConfig(**{k: v for k, v in meta["config"].items() if k in known})
+    cfg = WorldModelConfig(**{k: v for k, v in cfg_raw.items() if k in known})
     if task is not None and cfg.task != task:
         raise EnvError(f"world model: {path} was trained on task {cfg.task!r}, not {task!r}")
-    tensors = load_file(str(path / WEIGHTS))
+    try:
+        tensors = load_file(str(path / WEIGHTS))
+    except Exception as e:  # safetensors' SafetensorError on a truncated or corrupt file
+        raise EnvError(f"world model: {path / WEIGHTS} is unreadable ({type(e).__name__}: "
+                       f"{(str(e).splitlines() or [''])[0]}); allowed: a complete file as "
+                       "`embodied world-model train` wrote it") from None
     model = WorldModel(cfg)
     model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
     model.eval()

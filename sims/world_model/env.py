@@ -56,14 +56,15 @@ class WorldModelVecEnv(VecEnv):
     latent dimension; with a noise head, scaled per state and action: embodied/world_model/noise.py)
     to every step's next latent, drawn from the env's seeded stream, so that a
     policy that only succeeds when the dynamics go exactly its way succeeds less (PETS's
-    aleatoric sampling; docs/world_model.md)."""
+    aleatoric sampling; docs/world_model.md). allow_failed_model: use a model whose quality gate
+    (report.json of `embodied world-model train`, embodied/world_model/quality.py) failed."""
 
     def __init__(self, path: str, num_envs: int, *, obs_mode: str = "state", expected_task: str | None = None,
                  max_episode_steps: int | None = None, seed: int | None = None, keyframes: bool = True,
                  reward_mode: str = "dense", cameras: Sequence[str] | None = None,
                  image_size: int | Sequence[int] | None = None, success_threshold: float = 0.5,
                  uncertainty_scale: float = 1.0, success_aggregate: str = "mean", rollout: str = "mean",
-                 model_noise: float = 0.0):
+                 model_noise: float = 0.0, allow_failed_model: bool = False):
         if reward_mode not in ("dense", "sparse", "task"):
             raise EnvError(f"reward_mode: {reward_mode!r} is not built for world models; allowed: dense "
                            "(the reward head), sparse (the success head), task (the task's terms on the "
@@ -100,6 +101,11 @@ class WorldModelVecEnv(VecEnv):
             raise EnvError(f"model_noise: needs a checkpoint with residual_std; {path} was trained before it "
                            "existed (train it again); allowed here: 0")
         self._noise_scale = float(model_noise)
+        gate = _gate(path)
+        if gate is not None and not gate.get("passed", True) and not allow_failed_model:
+            raise EnvError(f"world model: {path} failed its quality gate ({gate.get('why')}; its report.json); "
+                           "allowed: a model that passes (more data, longer training), or "
+                           "env.allow_failed_model=true to use it anyway")
         self.cfg = cfg
         base = cfg.member_disagreement_threshold if rollout == "members" else cfg.disagreement_threshold
         self.uncertainty_threshold = base * float(uncertainty_scale)
@@ -341,3 +347,14 @@ class WorldModelVecEnv(VecEnv):
         rows = torch.arange(self.num_envs) if env_ids is None else torch.as_tensor(list(env_ids), dtype=torch.long)
         img = self._img[rows] if self.cameras else decode_frames(self.model, self._z[rows], self._ctx[rows])
         return split_cameras(img, self.cfg.cameras)[cam]
+
+
+def _gate(path: str) -> dict | None:
+    """The quality gate `embodied world-model train` recorded in PATH/report.json, if any."""
+    import json
+    from pathlib import Path
+
+    try:
+        return json.loads((Path(path) / "report.json").read_text()).get("gate")
+    except (OSError, ValueError, AttributeError):
+        return None

@@ -126,3 +126,20 @@ def test_filter_joint_mode_limits():
         SafetyConfig(mode="torque")
     with pytest.raises(EnvError, match="joint_low/high"):
         SafetyConfig(mode="joint", action_dim=2)
+
+
+def test_interventions_summarised_once_per_episode_with_the_limit(caplog):
+    """Issue 37: no line per intervention; one line per episode naming each kind, its count and
+    the limit it enforced."""
+    import logging
+
+    f = SafetyFilter(SafetyConfig())
+    with caplog.at_level(logging.WARNING, logger="robot_bridge.safety"):
+        for _ in range(7):
+            f.filter(np.array([3.0, 0.0, 0.0, 0.0]), np.zeros(3), now=None)
+        assert not caplog.records  # nothing while the episode runs
+        line = f.end_episode()
+        assert f.end_episode() is None  # counted afresh for the next episode
+    assert [r.getMessage() for r in caplog.records] == [line]
+    assert line == "safety: episode: range x7 (actions clipped to [-1, 1])"
+    assert f.counts["range"] == 7

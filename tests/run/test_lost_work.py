@@ -1,0 +1,223 @@
+"""Nothing a user does loses work (issue 37): `train --resume RUN_DIR` continues in RUN_DIR (a
+copied run in place, an older checkpoint only into a new run, an unreadable latest skipped
+aloud); SIGINT / SIGTERM in every long command end with what was kept, the command that
+continues, and exit 130 / 143; what the end of a run needs is checked before its first step;
+a failed command leaves no empty directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from embodied.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-m", "embodied.cli"]
+TINY = ["env.num_envs=8", "ppo.rollout_steps=16", "train.eval_every=1", "train.eval_episodes=4",
+        "train.save_every=2", "train.progress=false", "train.video_episodes=0"]
+
+
+def _env() -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MUJOCO_GL": "egl", "PYTHONPATH": str(ROOT)}
+
+
+def _latest(run: Path) -> str:
+    return (run / "checkpoints" / "latest").read_text().strip()
+
+
+def _one_error_line(capsys, code: int, *words: str) -> str:
+    """The command's stderr is one line, `embodied CMD: error: ...`, and it exits 2."""
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and ": error: " in err, err
+    for w in words:
+        assert w in err, err
+    return err
+
+
+@pytest.fixture(scope="module")
+def reach_run(tmp_path_factory):
+    """A finished tiny Reach PPO run: 4 iterations, checkpoints at 2 and 4."""
+    run = tmp_path_factory.mktemp("run") / "reach"
+    assert main(["train", "configs/ppo/ppo_reach.yaml", *TINY, "train.total_steps=512", f"train.run_dir={run}"]) == 0
+    assert _latest(run) == "iter_000004"
+    return run
+
+
+def test_resume_of_a_copied_run_writes_into_the_copy(reach_run, tmp_path):
+    before = sorted(p.name for p in (reach_run / "checkpoints").iterdir())
+    copy = tmp_path / "copy"
+    shutil.copytree(reach_run, copy)
+    assert main(["train", "--resume", str(copy), "train.total_steps=1024"]) == 0
+    assert _latest(copy) == "iter_000008" and (copy / "checkpoints" / "iter_000006").is_dir()
+    assert sorted(p.name for p in (reach_run / "checkpoints").iterdir()) == before  # the original untouched
+    assert _latest(reach_run) == "iter_000004"
+    meta = json.loads((copy / "checkpoints" / "iter_000008" / "meta.json").read_text())
+    assert meta["config"]["train"]["run_dir"] == str(copy)
+    assert meta["trained_on"]["task"] == "Reach" and meta["trained_on"]["obs_keys"] == ["privileged"]
+
+
+def test_resume_of_an_older_checkpoint_never_moves_latest_back(reach_run, tmp_path, capsys):
+    copy = tmp_path / "copy"
+    shutil.copytree(reach_run, copy)
+    code = main(["train", "--resume", str(copy / "checkpoints" / "iter_000002"), "train.total_steps=1024"])
+    _one_error_line(capsys, code, "iter_000002 is older than iter_000004", "train.run_dir=NEW_DIR")
+    assert _latest(copy) == "iter_000004" and not (copy / "checkpoints" / "iter_000003").exists()
+    branch = tmp_path / "branch"  # the same checkpoint, continued in a new run
+    assert main(["train", "--resume", str(copy / "checkpoints" / "iter_000002"), "train.total_steps=512",
+                 f"train.run_dir={branch}"]) == 0
+    assert _latest(branch) == "iter_000004" and _latest(copy) == "iter_000004"
+
+
+def test_resume_skips_an_unreadable_latest_aloud(reach_run, tmp_path, capsys):
+    copy = tmp_path / "copy"
+    shutil.copytree(reach_run, copy)
+    f = copy / "checkpoints" / "iter_000004" / "trainer.safetensors"
+    f.write_bytes(f.read_bytes()[:100])  # truncated, as by a full disk
+    assert main(["train", "--resume", str(copy), "train.total_steps=768"]) == 0
+    out = capsys.readouterr().out
+    assert "iter_000004" in out and "continuing from iter_000002, the newest readable checkpoint" in out
+    assert _latest(copy) == "iter_000006"
+
+
+def test_eval_refuses_a_checkpoint_of_another_task(reach_run, capsys):
+    code = main(["eval", str(reach_run), "env.task=PushCube", "--episodes", "2"])
+    _one_error_line(capsys, code, "trained on task 'Reach', not 'PushCube'", "allowed: 'Reach'")
+
+
+def _run_until(cmd: list[str], ready, sig: int, tmp_path: Path, timeout: float = 150.0) -> tuple[int, str]:
+    """Start `embodied CMD`, send `sig` once ready() holds, return (exit code, stderr)."""
+    err = tmp_path / f"stderr_{time.monotonic_ns()}.txt"
+    with err.open("w") as fh:
+        p = subprocess.Popen(CLI + cmd, cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=fh)
+        t0 = time.monotonic()
+        try:
+            while not ready():
+                assert p.poll() is None, err.read_text()[-2000:]
+                assert time.monotonic() - t0 < timeout, "never ready"
+                time.sleep(0.2)
+            p.send_signal(sig)
+            code = p.wait(timeout=120)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return code, err.read_text()
+
+
+def _stopped_line(stderr: str, sig: int) -> tuple[str, list[str]]:
+    """The last line: what was kept and the command that continues (as words)."""
+    last = stderr.strip().splitlines()[-1]
+    assert f"stopped by {signal.Signals(sig).name}; kept " in last, stderr[-2000:]
+    assert "Traceback" not in stderr
+    resume = last.split("; continue with: ", 1)[1]
+    words = shlex.split(resume)
+    assert words[0] == "embodied"
+    return last, words[1:]
+
+
+def test_sigint_in_train_checkpoints_and_the_line_resumes(tmp_path):
+    run = tmp_path / "run"
+    cmd = ["train", "configs/ppo/ppo_reach.yaml", *TINY, "train.save_every=1000", "train.total_steps=1000000",
+           f"train.run_dir={run}"]
+    code, err = _run_until(cmd, lambda: (run / "tb").is_dir() and any((run / "tb").iterdir()), signal.SIGINT, tmp_path)
+    assert code == 130
+    last, resume = _stopped_line(err, signal.SIGINT)
+    assert resume == ["train", "--resume", str(run)]
+    name = _latest(run)  # the iteration the signal ended, though save_every never came
+    assert f"checkpoints/{name}" in last and int(name.split("_")[1]) >= 1
+    it = int(name.split("_")[1])
+    assert main([*resume, f"train.total_steps={(it + 1) * 128}"]) == 0
+    assert _latest(run) == f"iter_{it + 1:06d}"
+
+
+def test_sigterm_in_collect_keeps_whole_episodes_and_continues(tmp_path):
+    out = tmp_path / "demos"
+    info = out / "meta" / "info.json"
+    code, err = _run_until(["collect", "Reach", "--episodes", "100000", "--out", str(out), "--num-envs", "4"],
+                           lambda: info.is_file() and json.loads(info.read_text())["total_episodes"] >= 8,
+                           signal.SIGTERM, tmp_path)
+    assert code == 143
+    last, resume = _stopped_line(err, signal.SIGTERM)
+    kept = json.loads(info.read_text())["total_episodes"]
+    assert f"kept {kept} of 100000 episodes in {out}" in last
+    seed = int(resume[resume.index("--seed") + 1])
+    assert resume[resume.index("--episodes") + 1] == str(100000 - kept) and seed > kept
+    resume[resume.index("--episodes") + 1] = "2"  # the same command, a little of it
+    assert main(resume) == 0
+    assert json.loads(info.read_text())["total_episodes"] == kept + 2
+
+
+@pytest.fixture(scope="module")
+def reach_rgb(tmp_path_factory):
+    out = tmp_path_factory.mktemp("data") / "reach_rgb"
+    assert main(["collect", "Reach", "--episodes", "3", "--out", str(out), "--obs-mode", "rgb",
+                 "--cameras", "front,wrist"]) == 0
+    return out
+
+
+def test_sigint_in_sft_keeps_the_weights_and_the_line_continues(reach_rgb, tmp_path):
+    run = tmp_path / "sft"
+    cmd = ["sft", "configs/sft/sft_reach_flow.yaml", f"dataset={reach_rgb}", f"run_dir={run}", "steps=100000",
+           "batch_size=8", "eval_every=0", "eval_episodes=0", "save_every=0"]
+    code, err = _run_until(cmd, lambda: (run / "tb").is_dir(), signal.SIGINT, tmp_path)
+    assert code == 130
+    last, resume = _stopped_line(err, signal.SIGINT)
+    partial = next(w.split("=", 1)[1] for w in resume if w.startswith("init_from="))
+    assert f"in {partial}" in last and (Path(partial) / "model.safetensors").is_file()
+    steps = int(next(w.split("=", 1)[1] for w in resume if w.startswith("steps=")))
+    assert 0 < steps < 100000
+    rec = json.loads((Path(partial) / "config.json").read_text())["trained_on"]
+    assert rec["task"] == "Reach" and rec["obs_keys"] == ["state", "rgb_front", "rgb_wrist"]
+    resume = [w for w in resume if not w.startswith("steps=")] + ["steps=2"]
+    assert main(resume) == 0 and (run / "final" / "model.safetensors").is_file()
+
+
+@pytest.fixture(scope="module")
+def state_world_model(tmp_path_factory):
+    """A state-only world model of PushCube, trained by the CLI for a few epochs (its gate fails)."""
+    d = tmp_path_factory.mktemp("wm")
+    assert main(["collect", "PushCube", "--episodes", "6", "--out", str(d / "data"), "--noise", "0.3"]) == 0
+    assert main(["world-model", "train", "world_model/pushcube", f"dataset={d / 'data'}", "epochs=2", "hidden=32",
+                 "latent=16", "--out", str(d / "model")]) == 0
+    return d / "model"
+
+
+def test_world_model_eval_ends_with_a_verdict(state_world_model, capsys):
+    capsys.readouterr()
+    assert main(["world-model", "eval", str(state_world_model)]) == 0
+    out = capsys.readouterr()
+    json.loads(out.out)  # stdout: the report, one JSON document
+    last = out.err.strip().splitlines()[-1]
+    assert last.startswith("verdict: ") and "than copy-last at k=" in last and "quality gate " in last
+    gate = json.loads((state_world_model / "report.json").read_text())["gate"]
+    assert ("quality gate passed" in last) == gate["passed"]
+
+
+def test_failed_gate_refused_then_video_checked_before_the_first_step(state_world_model, tmp_path, capsys):
+    run = tmp_path / "wm_run"
+    base = ["train", "configs/ppo/quickstart.yaml", f"env.task=wm:{state_world_model}", "env.num_envs=4",
+            "train.total_steps=256", "train.eval_episodes=2", f"train.run_dir={run}"]
+    gate = json.loads((state_world_model / "report.json").read_text())["gate"]
+    if not gate["passed"]:
+        _one_error_line(capsys, main(base), "failed its quality gate", "env.allow_failed_model=true")
+    # the default video cannot be rendered by a state-only model: said before any step, nothing written
+    _one_error_line(capsys, main([*base, "env.allow_failed_model=true"]), "train.video_episodes",
+                    "cannot render", "allowed: train.video_episodes=0")
+    assert not run.exists()
+
+
+def test_finetune_robot_without_demos_leaves_no_directory(tmp_path, capsys):
+    run = tmp_path / "ft"
+    code = main(["finetune-robot", "finetune_reach_sim", f"run_dir={run}", f"demos={tmp_path / 'none'}"])
+    assert code == 2 and not run.exists()
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
