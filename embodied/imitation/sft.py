@@ -155,7 +155,6 @@ def train_sft(policy: Any, dataset: Dataset, cfg: SFTConfig, eval_env: Any = Non
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
     device = resolve_device(cfg.device, "device")
-    bf16 = device.type == "cuda" if cfg.bf16 is None else cfg.bf16
     policy.to(device).train()
     run = Path(cfg.run_dir)
     loader = DataLoader(dataset, batch_size=cfg.batch_size, shuffle=True, drop_last=True,
@@ -218,6 +217,7 @@ def _fit(policy: Any, loader: DataLoader, cfg: SFTConfig, opt: Any, sched: Any, 
          writer: Any, summary: dict[str, Any], run: Path, eval_env: Any, run_eval: Callable[[int], None], bar: Any,
          stop: Any, budget_s: float, time_fraction: Callable[[], float], t0: float) -> tuple[int, int]:
     """The gradient steps of train_sft until cfg.steps, the time budget or a signal; (steps, samples)."""
+    bf16 = device.type == "cuda" if cfg.bf16 is None else cfg.bf16
     step, samples, done = 0, 0, False
     while not done:
         for batch in loader:
