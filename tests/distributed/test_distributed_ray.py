@@ -188,8 +188,10 @@ def test_embodied_train_on_ray_resumes_on_local_exactly(tmp_path, capsys, monkey
     assert scalars["time/staleness"] == [0, 1, 0, 1] and scalars["time/weight_version"] == [0, 0, 2, 2]
     for role in ("env", "rollout", "learner"):
         assert sum(scalars[f"time/{role}_busy_seconds"]) > 0 and min(scalars[f"time/{role}_idle_seconds"]) >= 0
-    assert main(["train", "--resume", str(run / "checkpoints" / "iter_000002"), "train.backend=local"]) == 0
-    assert_same_weights(whole, final_weights(run))
+    branch = tmp_path / "branch"  # an older checkpoint continues in a new run, never over the newer ones
+    assert main(["train", "--resume", str(run / "checkpoints" / "iter_000002"), "train.backend=local",
+                 f"train.run_dir={branch}"]) == 0
+    assert_same_weights(whole, final_weights(branch))
 
 
 def test_bad_learner_restarts_is_one_line(tmp_path, capsys):
