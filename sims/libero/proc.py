@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from sims.libero.worker import read_frame, write_frame
+from sims.frames import read_frame, write_frame
 from sims.vecenv import EnvError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -52,34 +52,21 @@ LIBERO prints to stdout: the real stdout is kept for frames and fd 1 points at s
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import struct
 import sys
+from pathlib import Path
 import traceback
 from multiprocessing import shared_memory
-from typing import Any, BinaryIO
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # for sims/frames.py (standard library only)
+from sims.frames import read_frame, write_frame  # noqa: E402
 
 CAMERAS = ("agentview", "robot0_eye_in_hand")  # LIBERO's two cameras
 NOOP = np.array([0, 0, 0, 0, 0, 0, -1], dtype=np.float64)  # the eval scripts' settle action
 RIM, GRASP_Z = 0.052, 0.035  # m: the rim grasp point of a bowl, from its origin (sims/libero/expert.py)
 LIFT_FULL = 0.05  # m: a rise of the object that counts as fully lifted
-
-
-def read_frame(stream: BinaryIO) -> Any | None:
-    head = stream.read(4)
-    if len(head) < 4:
-        return None
-    (n,) = struct.unpack(">I", head)
-    return json.loads(stream.read(n).decode())
-
-
-def write_frame(stream: BinaryIO, obj: Any) -> None:
-    data = json.dumps(obj).encode()
-    stream.write(struct.pack(">I", len(data)) + data)
-    stream.flush()
 
 
 def quat_to_axis_angle(q: np.ndarray) -> np.ndarray:

@@ -30,28 +30,14 @@ Anything mplib prints goes to stderr; stdout carries only frames.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import struct
 import sys
-from typing import Any, BinaryIO
+from pathlib import Path
 
 import numpy as np
 
-
-def read_frame(stream: BinaryIO) -> Any | None:
-    """One JSON frame from a binary stream; None at end of stream."""
-    head = stream.read(4)
-    if len(head) < 4:
-        return None
-    (n,) = struct.unpack(">I", head)
-    return json.loads(stream.read(n).decode())
-
-
-def write_frame(stream: BinaryIO, obj: Any) -> None:
-    data = json.dumps(obj).encode()
-    stream.write(struct.pack(">I", len(data)) + data)
-    stream.flush()
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # for sims/frames.py (standard library only)
+from sims.frames import read_frame, write_frame  # noqa: E402
 
 
 class Worker:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from scipy.spatial.transform import Rotation
 
-from sims.maniskill.mplib_worker import read_frame, write_frame  # the worker module: stdlib + numpy
+from sims.frames import read_frame, write_frame
 from sims.vecenv import EnvError
 
 ROOT = Path(__file__).resolve().parents[2]
