@@ -70,6 +70,12 @@ def lift(name: str, seed: int, run_dir: Path, build_once: Callable | None = None
     late = sum(curve[-2:]) / 2
     out = {"before": summary["success_before"], "curve": curve, "late": late,
            "lift": late - summary["success_before"]}
+    per = summary.get("eval_per_task")  # a multi-task run: [(env_steps, {task: rate})]
+    if per:
+        out["per_task"] = {t: {"before": per[0][1][t], "late": sum(p[t] for _, p in per[-2:]) / len(per[-2:])}
+                           for t in per[0][1]}
+        for r in out["per_task"].values():
+            r["lift"] = r["late"] - r["before"]
     print(f"{name} seed {seed}: success {out['before']:.2f} after SFT; curve {curve} (last two {late:.2f}, "
           f"lift {out['lift']:+.2f})")
     return out

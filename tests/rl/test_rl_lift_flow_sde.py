@@ -2,7 +2,7 @@
 ReachPoint, from pixels.
 
 configs/lift/lift_point_flow_sde.yaml with seed 0 (tests/rl_lift.py): the demos and SFT of
-tests/rl/test_rl_lift_grpo.py (built once per session), then 16k env steps with Flow-SDE
+configs/lift/lift_point_grpo_flow.yaml (built once per session), then 16k env steps with Flow-SDE
 exploration (one stochastic denoising step per chunk, a = 0.5; its log-probability is the
 Gaussian transition of that step) and the clipped-ratio update on group-relative advantages.
 The advantages come from groups rather than a critic because on this task PPO's critic gave no
