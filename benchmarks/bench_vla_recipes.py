@@ -10,6 +10,18 @@ run itself, before the first update and at the end, on the same held-out seeds.
     python benchmarks/bench_vla_recipes.py --recipes reach_flow_noise --rl-steps 100000
     python benchmarks/bench_vla_recipes.py --merge runs/a,runs/b --out runs/all
 
+Multi-task recipes (Compose, MetaWorld MT10) record each task's curve too, and with --held-out
+the SFT start and the final policy are also evaluated on a second task (ComposeHeldOut: the
+combinations no demo and no RL episode showed). SFT and RL can run on different machines:
+
+    python benchmarks/bench_vla_recipes.py --recipes compose_grpo_flow --seeds 0 --stage sft
+    python benchmarks/bench_vla_recipes.py --recipes compose_grpo_flow --seeds 0 --stage rl \
+        --rl-minutes 7 --held-out ComposeHeldOut --set train.device=cuda env.num_threads=3
+
+--stage rl reuses the SFT checkpoint in --out. --rl-minutes runs RL as `embodied train` in a
+child process and sends it SIGINT after that many minutes: the run ends as a user's Ctrl-C
+would (a checkpoint of its last iteration, whose summary holds the evaluations so far).
+
 Writes <out>/results.json and <out>/success_curves.png (one panel per recipe: each seed's
 curve and their mean). The 95% interval is mean +- t(0.975, n-1) * std / sqrt(n).
 """
@@ -18,7 +30,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,13 +50,17 @@ from embodied.imitation.sft import build_policy, load_sft_config, train_sft  # n
 from embodied.rl.train import train  # noqa: E402
 
 CONFIGS = ROOT / "configs"
-RECIPES = {  # name -> (few-shot SFT config, RL config)
-    "flow_noise": ("sft_pushcube_flow_fewshot", "rl_pushcube_flow_noise"),
-    "flow_sde": ("sft_pushcube_flow_fewshot", "rl_pushcube_flow_sde"),
-    "grpo_flow": ("sft_pushcube_flow_fewshot", "rl_pushcube_grpo_flow"),
-    "ppo_ar": ("sft_pushcube_ar_fewshot", "rl_pushcube_ppo_ar"),
-    "grpo_ar": ("sft_pushcube_ar_fewshot", "rl_pushcube_grpo_ar"),
-    "reach_flow_noise": ("sft_reach_flow_fewshot", "rl_reach_flow_noise"),
+RECIPES = {  # name -> (few-shot SFT config, RL config, expert demos per seed; None: --demos)
+    "flow_noise": ("sft_pushcube_flow_fewshot", "rl_pushcube_flow_noise", None),
+    "flow_sde": ("sft_pushcube_flow_fewshot", "rl_pushcube_flow_sde", None),
+    "grpo_flow": ("sft_pushcube_flow_fewshot", "rl_pushcube_grpo_flow", None),
+    "ppo_ar": ("sft_pushcube_ar_fewshot", "rl_pushcube_ppo_ar", None),
+    "grpo_ar": ("sft_pushcube_ar_fewshot", "rl_pushcube_grpo_ar", None),
+    "reach_flow_noise": ("sft_reach_flow_fewshot", "rl_reach_flow_noise", None),
+    "compose_grpo_flow": ("sft_compose_flow_fewshot", "rl_compose_grpo_flow", 1200),
+    "compose_grpo_ar": ("sft_compose_ar_fewshot", "rl_compose_grpo_ar", 1200),
+    "mt10_grpo_flow": ("sft_mt10_flow_fewshot", "rl_mt10_grpo_flow", 500),
+    "mt10_grpo_ar": ("sft_mt10_ar_fewshot", "rl_mt10_grpo_ar", 500),
 }
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
@@ -55,39 +74,97 @@ def mean_ci(xs: list[float]) -> tuple[float, float]:
 
 
 def run_seed(recipes: list[str], seed: int, out: Path, demos: int, noise: float, sft_steps: int | None,
-             rl_steps: int | None, rl_overrides: list[str] = ()) -> dict[str, dict]:
-    """Collect, SFT and RL for one seed; {recipe: {"sft", "rl", "curve", "minutes"}}."""
+             rl_steps: int | None, rl_overrides: list[str] = (), stage: str = "all", rl_minutes: float = 0.0,
+             held_out: str | None = None) -> dict[str, dict]:
+    """Collect, SFT and RL for one seed; {recipe: {"sft", "rl", "curve", "minutes"}} (with
+    "per_task" for a multi-task recipe, "held_out" with held_out); {} for stage "sft"."""
     results, sft_dirs = {}, {}
     for name in recipes:
-        sft_name, rl_name = RECIPES[name]
+        sft_name, rl_name, recipe_demos = RECIPES[name]
         if sft_name not in sft_dirs:
             sft = load_sft_config(CONFIGS / "sft" / f"{sft_name}.yaml", [f"seed={seed}", "eval_every=0"])
-            data = out / f"data_{sft.task}_{'_'.join(sft.cameras)}_s{seed}"
-            if not (data / "meta" / "info.json").is_file():
-                collect_demos(sft.task, demos, data, seed=100_000 * (seed + 1), obs_mode="rgb",
+            data = out / f"data_{sft.task.replace(':', '_')}_{'_'.join(sft.cameras)}_s{seed}"
+            if not (data / "meta" / "info.json").is_file() and stage != "rl":
+                collect_demos(sft.task, recipe_demos or demos, data, seed=100_000 * (seed + 1), obs_mode="rgb",
                               image_size=sft.image_size, cameras=sft.cameras, noise=noise)
             sft.dataset, sft.run_dir = str(data), str(out / f"{sft_name}_s{seed}")
             sft.steps = sft_steps or sft.steps
             final = Path(sft.run_dir) / "final"
             if (final / "config.json").is_file():  # an earlier run's SFT of this seed: reuse it
                 sft_dirs[sft_name] = str(final)
+            elif stage == "rl":
+                sys.exit(f"--stage rl: no SFT checkpoint at {final}; run --stage sft with the same --out first")
             else:
                 dataset = LeRobotDataset(sft.dataset, chunk_size=sft.chunk_size)
                 torch.manual_seed(seed)
                 sft_dirs[sft_name] = train_sft(build_policy(sft, dataset.stats), dataset, sft, None,
                                                log=lambda _: None)["final"]
-        overrides = [f"policy.init_from={sft_dirs[sft_name]}", f"train.run_dir={out / f'{name}_s{seed}'}",
+        if stage == "sft":
+            print(f"seed {seed} {name}: SFT checkpoint {sft_dirs[sft_name]}", flush=True)
+            continue
+        run_dir = out / f"{name}_s{seed}"
+        overrides = [f"policy.init_from={sft_dirs[sft_name]}", f"train.run_dir={run_dir}",
                      f"train.seed={seed}", "train.progress=false", "train.video_episodes=0"]
         if rl_steps:
             overrides.append(f"train.total_steps={rl_steps}")
         overrides += list(rl_overrides)
         t0 = time.time()
-        summary = train(load_config(CONFIGS / "rl" / f"{rl_name}.yaml", overrides))
-        results[name] = {"sft": summary["success_before"], "rl": summary["success_after"],
-                         "curve": summary["eval_curve"], "minutes": (time.time() - t0) / 60}
+        config = CONFIGS / "rl" / f"{rl_name}.yaml"
+        if rl_minutes:
+            summary = train_for(config, overrides, rl_minutes, run_dir)
+        else:
+            summary = train(load_config(config, overrides))
+        results[name] = {"sft": summary["success_before"], "rl": summary["eval_curve"][-1][1],
+                         "curve": summary["eval_curve"], "minutes": (time.time() - t0) / 60,
+                         "env_steps": summary.get("env_steps")}
+        if "eval_per_task" in summary:
+            results[name]["per_task"] = summary["eval_per_task"]
+        if held_out:
+            cfg = load_config(config, overrides)
+            results[name]["held_out"] = {"task": held_out, "sft": success_on(sft_dirs[sft_name], cfg, held_out),
+                                         "rl": success_on(summary["policy"], cfg, held_out)}
         print(f"seed {seed} {name}: {results[name]['sft']:.2f} -> {results[name]['rl']:.2f} "
-              f"({results[name]['minutes']:.1f} min)", flush=True)
+              f"({results[name]['minutes']:.1f} min)" + (f"; {held_out} {results[name]['held_out']['sft']:.2f} -> "
+                                                         f"{results[name]['held_out']['rl']:.2f}" if held_out else ""),
+              flush=True)
     return results
+
+
+def train_for(config: Path, overrides: list[str], minutes: float, run_dir: Path) -> dict:
+    """`embodied train CONFIG overrides` in a child process, sent SIGINT after `minutes` (it ends
+    at its next iteration with a checkpoint); the summary of its newest checkpoint, with the
+    path of that checkpoint's policy."""
+    from embodied.run.checkpoint import load_checkpoint
+
+    child = subprocess.Popen([sys.executable, "-m", "embodied.cli", "train", str(config), *overrides], cwd=ROOT)
+    try:
+        child.wait(timeout=minutes * 60)
+    except subprocess.TimeoutExpired:
+        child.send_signal(signal.SIGINT)
+        child.wait()
+    if child.returncode not in (0, 130):
+        sys.exit(f"train {config} exited {child.returncode}")
+    ckpt, meta, _ = load_checkpoint(run_dir / "checkpoints")
+    return {**meta["summary"], "env_steps": meta["env_steps"], "policy": str(ckpt / "policy")}
+
+
+def success_on(policy_dir: str, cfg, task: str, episodes: int = 0) -> float:
+    """Success of the policy in policy_dir on `task`, with the RL config's observations, on the
+    RL config's number of evaluation episodes (fixed seeds, deterministic policy)."""
+    from embodied.eval.evaluate import evaluate
+    from embodied.rl.loop_parts import eval_seeds
+    from embodied.run.device import resolve_device
+    from policies.base import Policy
+    from sims.registry import make_env
+
+    e = cfg.env
+    env = make_env(task, min(e.num_envs, 48), obs_mode=e.obs_mode, image_size=e.image_size, cameras=e.cameras,
+                   num_threads=e.num_threads)
+    try:
+        policy = Policy.from_pretrained(policy_dir).to(resolve_device(cfg.train.device))
+        return evaluate(policy, env, eval_seeds(episodes or cfg.train.eval_episodes)).success_rate
+    finally:
+        env.close()
 
 
 def plot(per_recipe: dict[str, list[dict]], path: Path) -> None:
@@ -130,6 +207,25 @@ def summarize(per_recipe: dict[str, list[dict]], meta: dict, out: Path) -> None:
         print(f"{name:18s} SFT {sft_m:.2f} +- {sft_ci:.2f}   RL {rl_m:.2f} +- {rl_ci:.2f}   "
               f"lift {lift_m:+.2f} +- {lift_ci:.2f}   last-three lift {late_m:+.2f} +- {late_ci:.2f}   "
               f"({len(runs)} seeds)")
+        if all("per_task" in r for r in runs):  # each task: start -> mean of its last three evaluations
+            table[name]["per_task"] = per_task = {}
+            for task in sorted({t for r in runs for _, p in r["per_task"] for t in p}):
+                starts = [r["per_task"][0][1].get(task) for r in runs]
+                lates = [statistics.mean(p[task] for _, p in r["per_task"][-3:] if task in p) for r in runs
+                         if any(task in p for _, p in r["per_task"][-3:])]
+                starts = [x for x in starts if x is not None]
+                if starts and lates:
+                    per_task[task] = {"sft_mean": statistics.mean(starts), "late_mean": statistics.mean(lates)}
+            print("    per task, SFT -> last three (seed means): " + ", ".join(
+                f"{t} {v['sft_mean']:.2f} -> {v['late_mean']:.2f}" for t, v in per_task.items()))
+        if all("held_out" in r for r in runs):
+            (hs, hs_ci), (hr, hr_ci) = (mean_ci([r["held_out"]["sft"] for r in runs]),
+                                        mean_ci([r["held_out"]["rl"] for r in runs]))
+            hl, hl_ci = mean_ci([r["held_out"]["rl"] - r["held_out"]["sft"] for r in runs])
+            table[name]["held_out"] = {"task": runs[0]["held_out"]["task"], "sft_mean": hs, "sft_ci95": hs_ci,
+                                       "rl_mean": hr, "rl_ci95": hr_ci, "lift_mean": hl, "lift_ci95": hl_ci}
+            print(f"    {runs[0]['held_out']['task']}: SFT {hs:.2f} +- {hs_ci:.2f}   RL {hr:.2f} +- {hr_ci:.2f}   "
+                  f"lift {hl:+.2f} +- {hl_ci:.2f}")
     plot(per_recipe, out / "success_curves.png")
     (out / "results.json").write_text(json.dumps({"meta": meta, "recipes": table}, indent=1))
     print(f"wrote {out / 'results.json'} and {out / 'success_curves.png'}")
@@ -157,12 +253,17 @@ def main() -> None:
     ap.add_argument("--recipes", default="flow_noise,flow_sde,grpo_flow,ppo_ar,grpo_ar",
                     help=f"comma-separated, from {', '.join(RECIPES)}")
     ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--demos", type=int, default=100, help="expert episodes per seed (few-shot)")
+    ap.add_argument("--demos", type=int, default=100, help="expert episodes per seed where the recipe names none")
     ap.add_argument("--noise", type=float, default=0.3, help="DART noise of the demos")
     ap.add_argument("--sft-steps", type=int, default=0, help="0: the SFT config's steps")
     ap.add_argument("--rl-steps", type=int, default=0, help="0: the RL config's total_steps")
     ap.add_argument("--set", nargs="*", default=[], help="overrides for every RL config, e.g. env.num_envs=16")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--stage", choices=("all", "sft", "rl"), default="all",
+                    help="sft: demos and SFT only; rl: RL from the SFT checkpoints already in --out")
+    ap.add_argument("--rl-minutes", type=float, default=0.0,
+                    help="> 0: each RL run in a child process, stopped by SIGINT after this many minutes")
+    ap.add_argument("--held-out", default=None, help="also evaluate the SFT and final policies on this task")
     ap.add_argument("--out", default="runs/bench_recipes")
     ap.add_argument("--merge", default="", help="comma-separated output folders of earlier runs: "
                     "only combine their results.json into --out")
@@ -179,11 +280,15 @@ def main() -> None:
     per_recipe: dict[str, list[dict]] = {r: [] for r in recipes}
     for seed in map(int, args.seeds.split(",")):
         for name, r in run_seed(recipes, seed, out, args.demos, args.noise, args.sft_steps or None,
-                                args.rl_steps or None, args.set).items():
+                                args.rl_steps or None, args.set, args.stage, args.rl_minutes, args.held_out).items():
             per_recipe[name].append({"seed": seed, **r})
+    if args.stage == "sft":
+        return
     meta = {"date": time.strftime("%Y-%m-%d"), "torch": torch.__version__, "threads": args.threads,
-            "demos": args.demos, "noise": args.noise, "sft_steps": args.sft_steps, "rl_steps": args.rl_steps,
-            "rl_overrides": args.set}
+            "demos": {r: RECIPES[r][2] or args.demos for r in recipes}, "noise": args.noise,
+            "sft_steps": args.sft_steps, "rl_steps": args.rl_steps, "rl_minutes": args.rl_minutes,
+            "rl_overrides": args.set, "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "cpus": os.cpu_count()}
     summarize(per_recipe, meta, out)
 
 

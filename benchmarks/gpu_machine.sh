@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a lent GPU machine (bare image, no network): unpack what benchmarks/gpu_bundle.sh prepared,
-# then run the GPU check. Run from the checkout's root:
+# then run the GPU check, or with --run any command in that environment. Run from the checkout's root:
 #     bash benchmarks/gpu_machine.sh [gpu_check.py arguments]
+#     bash benchmarks/gpu_machine.sh --run python3 benchmarks/bench_vla_recipes.py ...
 # .gl/*.deb go to / (Vulkan / EGL loaders; the driver's ICD is in the image), .whl/gpu-site.tar.xz
 # to /tmp/gpu-site, which goes first on PYTHONPATH. A copy of ManiSkill's ppo.py, if any, is taken
 # from $MS_PPO_BASELINE (default .cache/peers/maniskill_ppo/ppo.py).
@@ -23,4 +24,8 @@ done
 export PYTHONPATH="/tmp/gpu-site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 MUJOCO_GL=egl PYTHONUNBUFFERED=1 MS_SKIP_ASSET_DOWNLOAD_PROMPT=1
 export MS_PPO_BASELINE=${MS_PPO_BASELINE:-.cache/peers/maniskill_ppo/ppo.py}
+if [ "${1:-}" = "--run" ]; then
+    shift
+    exec "$@"
+fi
 exec python3 benchmarks/gpu_check.py "$@"
