@@ -32,6 +32,7 @@ class EnvConfig:
     image_size: int = 64
     cameras: list[str] = field(default_factory=lambda: ["front"])  # rgb_<camera> keys with obs_mode rgb
     num_threads: int = 0  # physics threads; 0 = all cores
+    max_episode_steps: int | None = None  # the time limit; null = the task's (MetaWorld's: 500)
     # domain randomisation {knob: [low, high]} drawn per env at each reset (docs/sim2real.md)
     randomization: dict[str, Any] | None = None
     reality: str | None = None  # a reality preset: name in configs/reality/ or a path

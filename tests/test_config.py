@@ -1,4 +1,5 @@
 import pytest
+import torch
 
 from embodied.config import ConfigError, load_config
 
@@ -46,3 +47,20 @@ def test_find_config_by_folder_or_by_a_name_one_folder_holds(tmp_path, monkeypat
         loader.find_config("b")
     assert str(loader.find_config("nope")) == "nope"
     assert loader.config_names() == ["ppo/a", "rl/b", "sft/b"]
+
+
+def test_env_time_limit_reaches_the_env():
+    from embodied.rl.loop_parts import build_env
+
+    cfg = load_config(None, ["env.task=Reach", "env.num_envs=2", "env.max_episode_steps=7"])
+    env = build_env(cfg.env)
+    try:
+        env.reset(seed=0)
+        for t in range(7):
+            res = env.step(torch.zeros(2, env.spec.action_dim))
+        assert env.spec.max_episode_steps == 7 and bool(res.truncated.all() | res.terminated.all())
+    finally:
+        env.close()
+    default = build_env(load_config(None, ["env.task=Reach", "env.num_envs=1"]).env)
+    assert default.spec.max_episode_steps > 7
+    default.close()

@@ -29,6 +29,8 @@ def build_env(cfg: EnvConfig, num_envs: int | None = None, device: Any = None) -
         extra["model_noise"] = cfg.model_noise
     if cfg.allow_failed_model:
         extra["allow_failed_model"] = True
+    if cfg.max_episode_steps is not None:
+        extra["max_episode_steps"] = cfg.max_episode_steps
     return make_env(cfg.task, num_envs or cfg.num_envs, obs_mode=cfg.obs_mode, reward_mode=cfg.reward_mode,
                     image_size=cfg.image_size, num_threads=cfg.num_threads,
                     randomization=cfg.randomization, reality=cfg.reality, **extra)
