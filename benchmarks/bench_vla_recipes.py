@@ -122,7 +122,8 @@ def run_seed(recipes: list[str], seed: int, out: Path, demos: int, noise: float,
         if held_out:
             cfg = load_config(config, overrides)
             results[name]["held_out"] = {"task": held_out, "sft": success_on(sft_dirs[sft_name], cfg, held_out),
-                                         "rl": success_on(summary["policy"], cfg, held_out)}
+                                         "rl": success_on(summary.get("policy") or
+                                                          str(Path(summary["checkpoint"]) / "policy"), cfg, held_out)}
         print(f"seed {seed} {name}: {results[name]['sft']:.2f} -> {results[name]['rl']:.2f} "
               f"({results[name]['minutes']:.1f} min)" + (f"; {held_out} {results[name]['held_out']['sft']:.2f} -> "
                                                          f"{results[name]['held_out']['rl']:.2f}" if held_out else ""),
