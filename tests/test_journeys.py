@@ -99,7 +99,12 @@ def test_readme_rows_chain(tmp_path, monkeypatch, dds_env):
                 ran.append(argv[0])
             for p in servers:  # a row's servers end with the row
                 p.send_signal(signal.SIGINT)
-                p.wait(timeout=30)
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:  # say what the server was doing
+                    log = tmp_path / f"{p.args[len(CLI)]}.log"
+                    raise AssertionError(f"{p.args[len(CLI):]} still running 30 s after SIGINT; its log ends: "
+                                         f"{log.read_text()[-2000:]!r}") from None
             servers = []
     finally:
         for p in servers:
