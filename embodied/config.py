@@ -160,6 +160,9 @@ def config_from_dict(raw: dict[str, Any], overrides: list[str] = ()) -> Experime
     except DeviceError as e:
         raise ConfigError(str(e)) from None
     _check_across_sections(cfg)
+    if cfg.env.max_episode_steps is not None and cfg.env.max_episode_steps < 1:
+        raise ConfigError(f"env.max_episode_steps: {cfg.env.max_episode_steps}; allowed: an integer >= 1, or null "
+                          "(the task's own time limit)")
     _check_randomization(cfg.env)
     _check_roles(cfg)
     return cfg

@@ -20,6 +20,7 @@ def test_defaults_and_overrides(tmp_path):
     (["env.num_envs=many"], "env.num_envs: expected int"),
     (["ppo.epochs=2.5"], "ppo.epochs: expected int"),
     (["ppo.lr"], "expected key=value"),
+    (["env.max_episode_steps=0"], "env.max_episode_steps: 0; allowed: an integer >= 1, or null"),
 ])
 def test_bad_config_one_line(override, needle):
     with pytest.raises(ConfigError) as e:
