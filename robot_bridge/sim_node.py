@@ -270,7 +270,8 @@ def run(args: argparse.Namespace) -> int:
         node = SimRobotNode(cfg)
     except (TransportError, MessageError) as e:
         raise EnvError(str(e)) from None
-    signal.signal(signal.SIGTERM, lambda *_: node.stop.set())
+    for sig in (signal.SIGTERM, signal.SIGINT):  # end the spin loop between ticks, not inside one
+        signal.signal(sig, lambda *_: node.stop.set())
     print(f"robot-sim: {cfg.task} on domain {node.tr.domain_id} ({node.tr.name}), "
           f"{'free-run' if cfg.free_run else 'stepped per command'}", flush=True)
     try:
