@@ -15,8 +15,14 @@ Observations (B envs):
 Actions: float32 [B, 4], the hand's xyz displacement (x 1 cm) and the gripper effort, clipped to
 [-1, 1], at 80 Hz (5 physics steps of 2.5 ms). Success: MetaWorld's info["success"]; it
 terminates the episode. `truncated` at max_episode_steps (default MetaWorld's max path length,
-500). Reward (reward_mode): "sparse" (the default), 1 on success; "dense", MetaWorld's own
-shaped reward (0-10) over 10. Resets: seed s seeds the env's generator, from which MetaWorld
+500). Reward (reward_mode), with S_t MetaWorld's own shaped reward (0-10) of step t over 10 and
+S_0 that of the reset state (zero action):
+  "sparse" (the default): 1[success]
+  "dense":  S_t - S_t-1 + 1[success], potential-based shaping plus a success bonus, as the
+            MuJoCo tasks' dense reward: an episode's return is S_T - S_0 + 1[success], so hovering
+            short of success pays nothing (MetaWorld's own reward does not end episodes on success)
+  "staged": S_t, MetaWorld's reward as it is; with episodes that end on success it pays to hover.
+Resets: seed s seeds the env's generator, from which MetaWorld
 draws the layout (object and goal positions): equal seeds give equal episodes, whatever the env
 index or the worker. chunk_step runs the whole chunk inside the workers and renders once, at its end.
 A worker that dies raises one line naming it and the last line of its stderr.
@@ -39,7 +45,7 @@ from sims.vecenv import ChunkStepResult, EnvError, EnvSpec, Obs, Seed, StepResul
 STATE_DIM = 4
 ACTION_DIM = 4
 OBS_MODES = ("state", "rgb")
-REWARD_MODES = ("sparse", "dense")
+REWARD_MODES = ("sparse", "dense", "staged")
 DEFAULT_CAMERAS = CAMERAS[:1]  # corner2
 
 
@@ -52,7 +58,7 @@ def _size(value: Any) -> tuple[int, int]:
 
 class MetaWorldVecEnv(VecEnv):
     """B MetaWorld envs. task: "metaworld:MT10", "metaworld:MT50" (env i runs task i mod N),
-    "metaworld:MT10/<task>" (one task, the benchmark's one-hot) or "metaworld:<task>"; obs_mode "state" | "rgb"; reward_mode "sparse" | "dense" (module doc);
+    "metaworld:MT10/<task>" (one task, the benchmark's one-hot) or "metaworld:<task>"; obs_mode "state" | "rgb"; reward_mode "sparse" | "dense" | "staged" (module doc);
     cameras: MetaWorld's camera names (corner, corner2, corner3, corner4, topview, behindGripper,
     gripperPOV); image_size (H, W); seed: the stream of unseeded resets; num_workers: processes
     (default min(B, 2)); start_timeout: seconds for the workers to build their envs. num_threads
@@ -183,7 +189,7 @@ class MetaWorldVecEnv(VecEnv):
                 n = rep["n"]
                 valid[i, :n] = True
                 success[i, :n] = torch.tensor(rep["success"], dtype=torch.bool)
-                reward[i, :n] = torch.tensor(rep["reward"]) if self.reward_mode == "dense" else success[i, :n].float()
+                reward[i, :n] = self._reward(rep, success[i, :n])
                 self._elapsed[i] += n
                 term[i, n - 1] = bool(rep["success"][-1])
                 trunc[i, n - 1] = bool(self._elapsed[i] >= T) and not term[i, n - 1]
@@ -196,6 +202,16 @@ class MetaWorldVecEnv(VecEnv):
             self._reset_ids(ids, self._draw(len(ids)))
         return ChunkStepResult(obs=self._obs(), reward=reward, terminated=term, truncated=trunc,
                                info={"success": success}, valid=valid, final_obs=final)
+
+    def _reward(self, rep: dict, success: torch.Tensor) -> torch.Tensor:
+        """float [n]: one worker reply's rewards of n executed steps under self.reward_mode."""
+        if self.reward_mode == "sparse":
+            return success.float()
+        staged = torch.tensor(rep["reward"], dtype=torch.float64)  # S_1..S_n
+        if self.reward_mode == "staged":
+            return staged.float()
+        before = torch.cat([torch.tensor([rep["start"]], dtype=torch.float64), staged[:-1]])  # S_0..S_n-1
+        return (staged - before + success.double()).float()
 
     def step(self, action: torch.Tensor) -> StepResult:
         check_action(action, self.spec)

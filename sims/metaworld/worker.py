@@ -13,15 +13,17 @@ Requests (env indices j are this worker's own, 0..E-1):
       seed s: the env's np_random is seeded with s, then MetaWorld's reset draws the layout
       (object and goal positions) from it: equal seeds give equal episodes.
   {"op": "step", "actions": {j: [[4] x K]}, "limits": {j: n}, "render": bool}
-      -> {"ok": true, "res": {j: {"n": executed, "success": [n bools], "reward": [n floats]}}}
-      stops after a success or after `limits[j]` steps; reward is MetaWorld's (0-10) over 10
+      -> {"ok": true, "res": {j: {"n": executed, "success": [n bools], "reward": [n floats], "start": float}}}
+      stops after a success or after `limits[j]` steps; reward is MetaWorld's (0-10) over 10, start
+      the same before the chunk's first step (after a reset: MetaWorld's reward of the reset state
+      with a zero action), so that the env can form reward differences (potential-based shaping)
   {"op": "get_state"} -> {"ok": true, "envs": [state of env j, ...]}
   {"op": "set_state", "envs": [...], "render": bool}
       a state: MuJoCo's integration state (mj_getState: time, qpos, qvel, act, warm start,
       controls, mocap, ...), the model's body and site positions (resets move the objects'
       fixtures and the goal sites there), the env's plain Python attributes (arrays and numbers: the step
       counter, the previous frame of the stacked observation, the goal, the reward's reference
-      points, ...) and the last observation.
+      points, ...), the last observation and the last reward.
   {"op": "quit"}
 With --expert it holds no envs and answers only
   {"op": "act", "tasks": [B names], "obs": [[39] x B]} -> {"ok": true, "actions": [[4] x B]}
@@ -72,6 +74,7 @@ class Worker:
 
         self.mj = mujoco
         self.envs, self.renderers, self.flip = [], [], []
+        self.last_reward: list[float] = []  # each env's latest reward / 10 (the start of the next chunk)
         for name in tasks:
             if name not in ALL_V3_ENVIRONMENTS:
                 raise ValueError(f"unknown MetaWorld task {name!r}")
@@ -89,6 +92,7 @@ class Worker:
             if bad:
                 raise ValueError(f"unknown camera {bad[0]!r}; MetaWorld has: {', '.join(names)}")
             self.envs.append(env)
+            self.last_reward.append(0.0)
             if cameras:
                 env.model.vis.quality.offsamples = 0  # no multisampling: 10x cheaper at 64 px
                 r = mujoco.Renderer(env.model, height, width)
@@ -121,6 +125,7 @@ class Worker:
             env.seed(int(seed))
             obs, _ = env.reset()
             self.obs[j] = obs
+            self.last_reward[j] = float(env.evaluate_state(obs, np.zeros(4))[0]) / 10.0
             if req.get("render") and self.cameras:
                 self._render(j)
         return {"ok": True}
@@ -130,17 +135,18 @@ class Worker:
         for key, acts in req["actions"].items():
             j, env = int(key), self.envs[int(key)]
             limit = int(req["limits"][key])
-            success, reward = [], []
+            success, reward, start = [], [], self.last_reward[j]
             for a in np.asarray(acts, np.float64).reshape(-1, 4)[: max(limit, 0)]:
                 obs, r, _, _, info = env.step(np.clip(a, -1.0, 1.0))
                 self.obs[j] = obs
                 success.append(bool(info["success"]))
                 reward.append(float(r) / 10.0)
+                self.last_reward[j] = reward[-1]
                 if success[-1]:
                     break
             if req.get("render") and self.cameras:
                 self._render(j)
-            res[key] = {"n": len(success), "success": success, "reward": reward}
+            res[key] = {"n": len(success), "success": success, "reward": reward, "start": start}
         return {"ok": True, "res": res}
 
     def get_state(self, req: dict) -> dict:
@@ -150,7 +156,7 @@ class Worker:
             mjs = np.empty(self.mj.mj_stateSize(env.model, sig))
             self.mj.mj_getState(env.model, env.data, mjs, sig)
             attrs = {k: p for k, v in vars(env).items() if (p := _plain(v)) is not None}
-            out.append({"mj": mjs.tolist(), "attrs": attrs, "obs": self.obs[j].tolist(),
+            out.append({"mj": mjs.tolist(), "attrs": attrs, "obs": self.obs[j].tolist(), "reward": self.last_reward[j],
                         "body_pos": env.model.body_pos.tolist(), "site_pos": env.model.site_pos.tolist()})
         return {"ok": True, "envs": out}
 
@@ -166,6 +172,7 @@ class Worker:
             for k, v in st["attrs"].items():
                 setattr(env, k, _unplain(v))
             self.obs[j] = st["obs"]
+            self.last_reward[j] = float(st.get("reward", 0.0))
             if req.get("render") and self.cameras:
                 self._render(j)
         return {"ok": True}

@@ -1,6 +1,6 @@
 """MetaWorld behind the VecEnv contract (sims/metaworld, docs/metaworld.md): names and bad input,
 the layout of the observation (task one-hot, instructions), pixels from mujoco's Renderer, the
-dense reward, and the multi-task protocol with the scripted policies. The contract itself
+rewards, and the multi-task protocol with the scripted policies. The contract itself
 (shapes, seeding, resume, chunks) runs in test_sims_contract.py. Tests that need a worker skip,
 with the reason, without .venv-metaworld (`make metaworld`; `make test` builds it)."""
 
@@ -44,8 +44,8 @@ def test_names_without_a_worker():
 
 
 @needs_mw
-def test_mt10_layout_instructions_and_dense_reward():
-    env = make_env("metaworld:MT10", 10, reward_mode="dense", num_workers=2)
+def test_mt10_layout_instructions_and_staged_reward():
+    env = make_env("metaworld:MT10", 10, reward_mode="staged", num_workers=2)
     try:
         obs, _ = env.reset(seed=0)
         assert env.spec.privileged_dim == 49 and env.spec.max_episode_steps == 500 and env.spec.control_hz == 80
@@ -59,6 +59,48 @@ def test_mt10_layout_instructions_and_dense_reward():
         assert ((rewards >= 0) & (rewards <= 1)).all() and (rewards > 0).any()  # MetaWorld's shaping / 10
     finally:
         env.close()
+
+
+@needs_mw
+def test_dense_reward_is_shaping_of_metaworld_reward_and_resumes():
+    """dense = S_t - S_t-1 + 1[success] with S MetaWorld's own reward (staged), across chunk
+    boundaries; an env restored mid-episode gives the same rewards as the one it came from."""
+    dense, staged = (make_env("metaworld:push-v3", 1, reward_mode=m, num_workers=1) for m in ("dense", "staged"))
+    ex, resumed = expert_for("metaworld:push-v3"), None
+    try:
+        obs, _ = dense.reset(seed=3)
+        staged.reset(seed=3)
+        d, s, won = [], [], torch.zeros(0, dtype=torch.bool)
+        for chunk in range(60):  # chunks of 4 actions, the expert's action held for the chunk
+            a = torch.from_numpy(ex(obs["privileged"].numpy()))[:, None].expand(1, 4, 4).float().contiguous()
+            if chunk == 5:
+                resumed = make_env("metaworld:push-v3", 1, reward_mode="dense", num_workers=1)
+                resumed.load_state_dict(dense.state_dict())
+                assert torch.equal(resumed.chunk_step(a).reward, dense.chunk_step(a).reward)  # dense's start is restored
+                staged.chunk_step(a)
+                continue
+            rd, rs = dense.chunk_step(a), staged.chunk_step(a)
+            assert torch.equal(rd.valid, rs.valid)
+            if chunk != 6:  # the chunk after the restore check lost its predecessor's rewards
+                d.append(rd.reward[rd.valid].double())
+                s.append(rs.reward[rs.valid].double())
+                won = torch.cat([won, rd.info["success"][rd.valid]])
+            obs = rd.obs
+            if rd.done.any():
+                break
+        d, s = torch.cat(d), torch.cat(s)
+        assert won[-1] and not won[:-1].any(), "the scripted push policy succeeds within 240 steps"
+        inner = torch.ones_like(d, dtype=torch.bool)
+        inner[0] = False
+        inner[20:25] = False  # the steps around the restore check are not consecutive in d and s
+        expect = s - torch.cat([s[:1], s[:-1]]) + won.double()
+        assert torch.allclose(d[inner], expect[inner], atol=1e-5)
+        assert ((s >= 0) & (s <= 1)).all() and d[-1] > 0.9  # the success step pays its bonus
+    finally:
+        for e in (dense, staged, resumed):
+            if e is not None:
+                e.close()
+        ex.close()
 
 
 @needs_mw
