@@ -82,6 +82,10 @@ class PPOConfig:
     huber_delta: float = 10.0
     value_coef: float = 0.5
     entropy_coef: float = 0.0
+    # beta of a KL penalty to the reference policy, the one the run started from (policy.init_from,
+    # e.g. the SFT policy): beta * k3(log-probs of the sampled actions under both) at logprob_level;
+    # 0: no reference is kept. GRPO's KL term (DeepSeekMath); docs/rl.md
+    kl_ref_coef: float = 0.0
     max_grad_norm: float = 1.0
     target_kl: float | None = None  # stop the update epochs early above this
     normalize_advantages: bool = True
@@ -232,6 +236,9 @@ def _check_across_sections(cfg: ExperimentConfig) -> None:
     from embodied.rl.registry import algorithm
 
     algorithm(cfg.train.algorithm).check(cfg)
+    if cfg.ppo.kl_ref_coef < 0 or (cfg.ppo.kl_ref_coef > 0 and not cfg.policy.init_from):
+        raise ConfigError(f"ppo.kl_ref_coef: {cfg.ppo.kl_ref_coef}; allowed: 0, or > 0 with policy.init_from set "
+                          "(the reference policy the penalty keeps RL near)")
     if (cfg.ppo.reward_level == "action" and cfg.policy.name in ("flow_vla", "ar_vla", "oft_vla")
             and cfg.policy.critic_obs is None):
         raise ConfigError("policy.critic_obs: ppo.reward_level=action needs a fresh per-action value head; "

@@ -16,17 +16,24 @@ With ppo.reward_level=action, PPO's GAE runs over executed actions (a per-action
 advantages [N, n]): an action ratio takes its own action's advantage, a token ratio its
 action's, and a chunk ratio the advantage of the chunk's first action (which sums the whole
 chunk's discounted TD errors).
+
+With ppo.kl_ref_coef = beta > 0 the learner keeps a frozen copy of the policy as it was built
+(policy.init_from: the SFT policy; a resumed run loads its checkpoint after the learner is made)
+and adds beta * KL(pi || pi_ref), estimated per ratio element from the sampled actions (k3), to
+the loss: the reference's log-probs are computed once per update, at the ratio's level.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from embodied.rl.algorithms import action_level_gae, gae, grpo_advantages, grpo_keep_mask, ppo_policy_loss, value_loss
+from embodied.rl.algorithms import (action_level_gae, gae, grpo_advantages, grpo_keep_mask, kl_to_reference,
+                                    ppo_policy_loss, value_loss)
 from embodied.rl.trajectory import Trajectory
 from embodied.run.device import autocast, module_device, uses_bf16
 
@@ -104,6 +111,8 @@ class PolicyGradientLearner:
         # the policy's device; bf16 autocast of its forward for VLAs on CUDA, the losses in float32
         self.device = module_device(policy)
         self.bf16 = uses_bf16(policy, self.device)
+        # ppo.kl_ref_coef: the policy as built, frozen (not saved: a resumed run builds it again)
+        self.reference = copy.deepcopy(policy).requires_grad_(False) if cfg.kl_ref_coef > 0 else None
 
     def optimize(self, traj: Trajectory, advantages: torch.Tensor, returns: torch.Tensor | None,
                  step_mask: torch.Tensor | None = None, train_actor: bool = True,
@@ -145,6 +154,16 @@ class PolicyGradientLearner:
                     if old_parts is not None and ev.log_prob_parts is not None:
                         old_parts[chunk] = ev.log_prob_parts
 
+        ref_lp = ref_parts = None
+        if self.reference is not None and train_actor:  # the reference's log-probs of the sampled actions
+            ref_lp, ref_parts = torch.zeros_like(old_lp), None if old_parts is None else torch.zeros_like(old_parts)
+            with torch.no_grad():
+                for chunk in rows.split(max(1, len(rows) // cfg.minibatches)):
+                    ev = self._evaluate(minibatch(chunk), {k: v[chunk] for k, v in replay.items()}, self.reference)
+                    ref_lp[chunk] = ev.log_prob
+                    if ref_parts is not None and ev.log_prob_parts is not None:
+                        ref_parts[chunk] = ev.log_prob_parts
+
         n = len(rows)
         mb_size = max(1, n // cfg.minibatches)
         sums: dict[str, torch.Tensor] = {}  # on the device: one host read at the end
@@ -171,6 +190,12 @@ class PolicyGradientLearner:
                                               cfg.clip_low, cfg.clip_high, cfg.dual_clip, mask)
                 zero = torch.zeros((), device=pg_loss.device)
                 loss = (pg_loss - cfg.entropy_coef * ev.entropy.mean()) if train_actor else zero
+                ref_kl = zero
+                if ref_lp is not None:
+                    ref, _ = at_level(ref_lp[idx], None if ref_parts is None else ref_parts[idx], valid[idx],
+                                      cfg.logprob_level)
+                    ref_kl = kl_to_reference(new_lp, ref, mask)
+                    loss = loss + cfg.kl_ref_coef * ref_kl
                 v_loss = zero
                 if ev.value is not None and ret_all is not None:
                     v_loss = value_loss(ev.value.view_as(ret_all[idx]), old_values[idx], ret_all[idx], cfg.value_clip,
@@ -186,7 +211,7 @@ class PolicyGradientLearner:
                 for key, val in (("policy_loss", pg_loss), ("value_loss", v_loss),
                                  ("entropy", ev.entropy.mean()), ("approx_kl", st.approx_kl),
                                  ("clip_fraction", st.clip_fraction), ("ratio", st.ratio_mean),
-                                 ("grad_norm", grad_norm)):
+                                 ("grad_norm", grad_norm)) + ((("ref_kl", ref_kl),) if ref_lp is not None else ()):
                     val = val.detach().float() if torch.is_tensor(val) else torch.tensor(float(val))
                     sums[key] = sums.get(key, 0.0) + val.to(zero.device)
                 count += 1
@@ -204,10 +229,11 @@ class PolicyGradientLearner:
         self.iteration += 1
         return stats
 
-    def _evaluate(self, obs: dict[str, Any], replay: dict[str, torch.Tensor]) -> Any:
-        """policy.evaluate under the learner's autocast; log-probs, entropy and values in float32."""
+    def _evaluate(self, obs: dict[str, Any], replay: dict[str, torch.Tensor], policy: Any = None) -> Any:
+        """(policy or self.policy).evaluate under the learner's autocast; log-probs, entropy and
+        values in float32."""
         with autocast(self.device, self.bf16):
-            ev = self.policy.evaluate(obs, replay)
+            ev = (self.policy if policy is None else policy).evaluate(obs, replay)
         return dataclasses.replace(
             ev, log_prob=ev.log_prob.float(), entropy=ev.entropy.float(),
             value=None if ev.value is None else ev.value.float(),
@@ -337,7 +363,7 @@ class GRPOLearner(PolicyGradientLearner):
     """GRPO: one episode per env, envs grouped by reset seed (traj.group_ids); every step of
     an episode gets its group-normalised return as advantage; all-success / all-fail groups
     (outside filter_low < rate < filter_high) are dropped unless filter_groups is off; no
-    critic, no KL term.
+    critic; a KL term to the reference policy only with ppo.kl_ref_coef > 0.
 
     Each episode weighs the same in the loss (its steps get weight 1 / its length, GRPO's
     per-sequence mean): with equal step weights, long failed episodes (time-outs) would

@@ -62,6 +62,18 @@ def ppo_policy_loss(
     return loss, stats
 
 
+def kl_to_reference(log_prob: torch.Tensor, ref_log_prob: torch.Tensor,
+                    mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Estimate of KL(pi || pi_ref) from samples of the behaviour policy, any matching shape [N, ...].
+
+    d = ref_log_prob - log_prob; k3 = exp(d) - d - 1 (Schulman's estimator, GRPO's KL term in
+    DeepSeekMath): non-negative per sample, 0 with zero gradient where the two agree. mask as in
+    ppo_policy_loss. The gradient flows into log_prob only.
+    """
+    d = ref_log_prob.detach() - log_prob
+    return masked_mean(torch.expm1(d) - d, mask)
+
+
 def value_loss(
     values: torch.Tensor,
     old_values: torch.Tensor,
