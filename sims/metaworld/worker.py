@@ -73,7 +73,8 @@ class Worker:
         from metaworld.env_dict import ALL_V3_ENVIRONMENTS
 
         self.mj = mujoco
-        self.envs, self.renderers, self.flip = [], [], []
+        self.envs, self.tasks = [], list(tasks)
+        self.renderers, self.flip = {}, {}  # task -> its renderer, and which cameras to rotate
         self.last_reward: list[float] = []  # each env's latest reward / 10 (the start of the next chunk)
         for name in tasks:
             if name not in ALL_V3_ENVIRONMENTS:
@@ -93,15 +94,20 @@ class Worker:
                 raise ValueError(f"unknown camera {bad[0]!r}; MetaWorld has: {', '.join(names)}")
             self.envs.append(env)
             self.last_reward.append(0.0)
-            if cameras:
+            if cameras and name not in self.renderers:
+                # one renderer per task, shared by the task's envs: a renderer (its GL context, the
+                # model's meshes and textures) holds about 150 MB, an env 40 MB. The scene is built
+                # from each env's own data (body, geom and site poses), and the envs of one task
+                # differ in their models only where a reset moves fixtures and goal sites, which
+                # reach the scene through data; tests/sims/test_metaworld.py checks the pixels
                 env.model.vis.quality.offsamples = 0  # no multisampling: 10x cheaper at 64 px
                 r = mujoco.Renderer(env.model, height, width)
                 r.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
                 r.scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
-                self.renderers.append(r)
+                self.renderers[name] = r
                 # MetaWorld's corner cameras have their up axis pointing down: rotate their frames
-                self.flip.append([bool(env.data.cam_xmat[env.model.camera(c).id].reshape(3, 3)[2, 1] < 0)
-                                  for c in cameras])
+                self.flip[name] = [bool(env.data.cam_xmat[env.model.camera(c).id].reshape(3, 3)[2, 1] < 0)
+                                   for c in cameras]
         self.cameras, self.h, self.w = list(cameras), height, width
         E, C = len(tasks), len(cameras)
         self.shm = shared_memory.SharedMemory(create=True, size=max(E * OBS_DIM * 8 + E * C * height * width * 3, 1))
@@ -113,11 +119,11 @@ class Worker:
                      "max_path_length": int(env.max_path_length)}
 
     def _render(self, j: int) -> None:
-        r, env = self.renderers[j], self.envs[j]
+        r, env, flip = self.renderers[self.tasks[j]], self.envs[j], self.flip[self.tasks[j]]
         for c, cam in enumerate(self.cameras):
             r.update_scene(env.data, camera=cam)
             img = r.render()
-            self.images[j, c] = img[::-1, ::-1] if self.flip[j][c] else img
+            self.images[j, c] = img[::-1, ::-1] if flip[c] else img
 
     def reset(self, req: dict) -> dict:
         for j, seed in req["envs"]:
@@ -178,7 +184,7 @@ class Worker:
         return {"ok": True}
 
     def close(self) -> None:
-        for r in self.renderers:
+        for r in self.renderers.values():
             r.close()
         for env in self.envs:
             env.close()

@@ -127,6 +127,29 @@ def test_pixels_cameras_and_size():
 
 
 @needs_mw
+def test_envs_of_a_task_share_a_renderer_pixel_exactly():
+    """A worker renders all envs of one task with one renderer; the second env of each MT10 task
+    (layout seed 100 + i) gives the frames that an env rendering with its own renderer gives."""
+    shared = make_env("metaworld:MT10", 20, obs_mode="rgb", image_size=48, num_workers=1)
+    own = make_env("metaworld:MT10", 10, obs_mode="rgb", image_size=48, num_workers=1)
+    try:
+        seeds = [100 + i for i in range(10)]
+        a, _ = shared.reset(seed=list(range(10)) + seeds)
+        b, _ = own.reset(seed=seeds)
+        assert torch.equal(a["rgb_corner2"][10:], b["rgb_corner2"])
+        assert not torch.equal(a["rgb_corner2"][:10], b["rgb_corner2"])  # other layouts, other frames
+        g = torch.Generator().manual_seed(0)
+        for _ in range(5):
+            act = torch.rand(10, 4, generator=g) * 2 - 1
+            a = shared.step(torch.cat([act, act])).obs
+            b = own.step(act).obs
+        assert torch.equal(a["rgb_corner2"][10:], b["rgb_corner2"])
+    finally:
+        shared.close()
+        own.close()
+
+
+@needs_mw
 def test_expert_solves_every_mt10_task():
     """MetaWorld's scripted policies as our expert: one MT10 batch (env i = task i), each solved."""
     env, ex = make_env("metaworld:MT10", 10, num_workers=1), expert_for("metaworld:MT10")
