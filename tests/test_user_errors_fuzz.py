@@ -7,20 +7,15 @@ directory at all)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from embodied.cli import main
+from cli_run import signal_when_ready
 
-ROOT = Path(__file__).resolve().parent.parent
-CLI = [sys.executable, "-m", "embodied.cli"]
+from embodied.cli import main
 
 
 def _tree(root: Path) -> dict[str, tuple[int, int]]:
@@ -157,23 +152,7 @@ def test_corrupted_input_is_one_line_and_exit_2(inputs, tmp_path, capsys, case):
 
 def _signal_mid_run(argv: list[str], ready, sig: int, tmp_path: Path) -> tuple[int, str]:
     """Run `embodied ARGV` (stdout to tmp_path/stdout.txt), send `sig` once ready(); (exit code, stderr)."""
-    err = tmp_path / "stderr.txt"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MUJOCO_GL": "egl", "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
-    with err.open("w") as fh, (tmp_path / "stdout.txt").open("w") as out:
-        p = subprocess.Popen(CLI + argv, cwd=ROOT, env=env, stdout=out, stderr=fh)
-        t0 = time.monotonic()
-        try:
-            while not ready():
-                assert p.poll() is None, err.read_text()[-2000:]
-                assert time.monotonic() - t0 < 150, "never ready"
-                time.sleep(0.2)
-            p.send_signal(sig)
-            code = p.wait(timeout=120)
-        finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return code, err.read_text()
+    return signal_when_ready(argv, ready, sig, tmp_path / "stderr.txt", tmp_path / "stdout.txt")
 
 
 def test_signal_mid_world_model_train_keeps_the_best_epoch(inputs, tmp_path):

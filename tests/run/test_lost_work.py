@@ -7,27 +7,20 @@ a failed command leaves no empty directory."""
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from cli_run import signal_when_ready
+
 from embodied.cli import main
 
-ROOT = Path(__file__).resolve().parents[2]
-CLI = [sys.executable, "-m", "embodied.cli"]
 TINY = ["env.num_envs=8", "ppo.rollout_steps=16", "train.eval_every=1", "train.eval_episodes=4",
         "train.save_every=2", "train.progress=false", "train.video_episodes=0"]
-
-
-def _env() -> dict:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "MUJOCO_GL": "egl", "PYTHONPATH": str(ROOT)}
 
 
 def _latest(run: Path) -> str:
@@ -94,24 +87,9 @@ def test_eval_refuses_a_checkpoint_of_another_task(reach_run, capsys):
     _one_error_line(capsys, code, "trained on task 'Reach', not 'PushCube'", "allowed: 'Reach'")
 
 
-def _run_until(cmd: list[str], ready, sig: int, tmp_path: Path, timeout: float = 150.0) -> tuple[int, str]:
+def _run_until(cmd: list[str], ready, sig: int, tmp_path: Path) -> tuple[int, str]:
     """Start `embodied CMD`, send `sig` once ready() holds, return (exit code, stderr)."""
-    err = tmp_path / f"stderr_{time.monotonic_ns()}.txt"
-    with err.open("w") as fh:
-        p = subprocess.Popen(CLI + cmd, cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=fh)
-        t0 = time.monotonic()
-        try:
-            while not ready():
-                assert p.poll() is None, err.read_text()[-2000:]
-                assert time.monotonic() - t0 < timeout, "never ready"
-                time.sleep(0.2)
-            p.send_signal(sig)
-            code = p.wait(timeout=120)
-        finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return code, err.read_text()
+    return signal_when_ready(cmd, ready, sig, tmp_path / f"stderr_{time.monotonic_ns()}.txt")
 
 
 def _stopped_line(stderr: str, sig: int) -> tuple[str, list[str]]:
