@@ -260,7 +260,7 @@ def parser() -> argparse.ArgumentParser:
 # Errors a handler reports as "embodied CMD: error: ..." with exit status 2 (module, class).
 USER_ERRORS = (("embodied.config_loader", "ConfigError"), ("sims.vecenv", "EnvError"),
                ("policies.base", "PolicyLoadError"), ("embodied.run.checkpoint", "CheckpointError"),
-               ("embodied.data.dataset", "DatasetError"), ("embodied.eval.report", "ReportError"),
+               ("embodied.data.dataset", "DatasetError"), ("embodied.eval.results_file", "ReportError"),
                ("embodied.eval.stats", "StatsError"),
                ("embodied.eval.sim2real_robot", "Sim2RealError"), ("embodied.run.device", "DeviceError"))
 

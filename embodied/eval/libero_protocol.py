@@ -129,7 +129,8 @@ def write_folder(out: str | Path, task: str, inits: int, episodes: list[dict], i
     import hashlib
     import json
 
-    from embodied.eval.report import write_report, write_results
+    from embodied.eval.report import write_report
+    from embodied.eval.results_file import write_results
     from embodied.eval.candidates import versions
 
     suite, _ = parse_name(task)

@@ -102,7 +102,8 @@ def side_versions() -> dict[str, str]:
 def write_folder(out: str | Path, task: str, episodes_per_task: int, episodes: list[dict], info: dict,
                  sources: dict, num_envs: int, wall_s: float) -> Path:
     """results.json + report.md / report.html in `out` (embodied/eval/report.py); returns report.md."""
-    from embodied.eval.report import write_report, write_results
+    from embodied.eval.report import write_report
+    from embodied.eval.results_file import write_results
     from embodied.eval.candidates import versions
 
     toolkit, _ = versions()

@@ -171,7 +171,8 @@ def sim2real(checkpoints: list[str], task: str, out: str | Path, trials: int = 1
              twin: str | None = None, robot_file: str | None = None, num_envs: int = 64, videos: bool = True,
              log=print, device: str = "auto") -> Path:
     """Evaluate, write out/results.json and out/report.md; returns the report's path."""
-    from embodied.eval.report import write_report, write_results
+    from embodied.eval.report import write_report
+    from embodied.eval.results_file import write_results
     from embodied.rl.loop_parts import eval_seeds
     from sims.mujoco.randomization import RandomizationError, load_preset
 
@@ -255,7 +256,8 @@ def _evaluate(cks, conds, seeds, num_envs, task, out, sweep, robot, robot_name, 
               episodes, chunk, failed, record, stop) -> Path:
     """sim2real's runs: the simulated conditions, then the robot; on a signal, the episodes so
     far go into results.json and the report, and Stopped says so."""
-    from embodied.eval.report import write_report, write_results
+    from embodied.eval.report import write_report
+    from embodied.eval.results_file import write_results
 
     def stopped() -> None:  # called between conditions: save() is defined by then
         if stop:
@@ -330,7 +332,8 @@ def _safe(condition: str) -> str:
 
 
 def cmd_sim2real(args) -> int:
-    from embodied.eval.report import load_results, tally, verdict
+    from embodied.eval.report import tally, verdict
+    from embodied.eval.results_file import load_results
     from embodied.run.stop import no_empty_dirs
 
     with no_empty_dirs(args.out):

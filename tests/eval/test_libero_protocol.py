@@ -9,7 +9,7 @@ import json
 import pytest
 
 from embodied.data.collect import _check
-from embodied.eval.report import load_results
+from embodied.eval.results_file import load_results
 from embodied.eval.sim2real import sim2real
 from embodied.eval.sim2real_robot import Sim2RealError
 from sims.libero.proc import libero_python

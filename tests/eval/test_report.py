@@ -13,7 +13,8 @@ import pytest
 
 from embodied.eval import stats
 from embodied.cli import main
-from embodied.eval.report import ReportError, load_results, validate, write_report, write_results
+from embodied.eval.report import write_report
+from embodied.eval.results_file import ReportError, load_results, validate, write_results
 
 CHECKPOINTS = [f"ckpt_{i}" for i in range(5)]
 QUALITY = [0.2, 0.4, 0.55, 0.7, 0.85]  # nominal success rate of each checkpoint

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from embodied.cli import main
-from embodied.eval.report import PROTOCOL_KEYS
+from embodied.eval.results_file import PROTOCOL_KEYS
 
 ROOT = Path(__file__).resolve().parents[2]
 TRIALS = 12
