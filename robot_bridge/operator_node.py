@@ -134,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
     op = ScriptedOperator(OperatorConfig(task=args.task, namespace=args.namespace, window=args.window,
                                          min_progress=args.min_progress, takeover=args.takeover,
                                          transport=args.transport, domain_id=args.domain_id))
-    signal.signal(signal.SIGTERM, lambda *_: op.stop.set())
+    for sig in (signal.SIGTERM, signal.SIGINT):  # end the spin loop between frames, not inside a publish
+        signal.signal(sig, lambda *_: op.stop.set())
     try:
         op.spin()
     except KeyboardInterrupt:

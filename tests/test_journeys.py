@@ -101,10 +101,12 @@ def test_readme_rows_chain(tmp_path, monkeypatch, dds_env):
                 p.send_signal(signal.SIGINT)
                 try:
                     p.wait(timeout=30)
-                except subprocess.TimeoutExpired:  # say what the server was doing
+                except subprocess.TimeoutExpired:  # say what the server was doing: its threads' stacks
+                    p.send_signal(signal.SIGUSR1)  # embodied/cli.py: faulthandler writes them to stderr
+                    time.sleep(2)
                     log = tmp_path / f"{p.args[len(CLI)]}.log"
                     raise AssertionError(f"{p.args[len(CLI):]} still running 30 s after SIGINT; its log ends: "
-                                         f"{log.read_text()[-2000:]!r}") from None
+                                         f"{log.read_text()[-6000:]!r}") from None
             servers = []
     finally:
         for p in servers:
