@@ -9,8 +9,9 @@ Observations (B envs):
                                          then a one-hot of the env's task among the N tasks of
                                          the benchmark (N = 10 for MT10 and MT10/<task>, 50 for
                                          MT50 and MT50/<task>, 0 for metaworld:<task>)
-  "rgb_<cam>":   uint8 [B, H, W, 3]      with obs_mode="rgb": mujoco's own Renderer, one per env,
-                                         no multisampling, shadows or reflections; upright
+  "rgb_<cam>":   uint8 [B, H, W, 3]      with obs_mode="rgb": mujoco's own Renderer (one per
+                                         task per worker), no multisampling, shadows or
+                                         reflections; upright
   "instruction": list[str] (B)           the env's task phrase (sims/metaworld/tasks.py)
 Actions: float32 [B, 4], the hand's xyz displacement (x 1 cm) and the gripper effort, clipped to
 [-1, 1], at 80 Hz (5 physics steps of 2.5 ms). Success: MetaWorld's info["success"]; it
