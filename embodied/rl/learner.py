@@ -145,24 +145,23 @@ class PolicyGradientLearner:
                 mb["instruction"] = [instructions[i] for i in idx.tolist()]
             return mb
 
-        if cfg.recompute_log_probs and train_actor:  # old log-probs from this learner's own forward
-            old_lp, old_parts = old_lp.clone(), None if old_parts is None else old_parts.clone()
+        def log_probs_of(policy: Any, lp: torch.Tensor, parts: torch.Tensor | None):
+            """lp [N] and parts (or None) with the kept rows' entries replaced by policy's log-probs
+            of the sampled actions, in minibatch-sized chunks, without gradients."""
+            lp, parts = lp.clone(), None if parts is None else parts.clone()
             with torch.no_grad():
                 for chunk in rows.split(max(1, len(rows) // cfg.minibatches)):
-                    ev = self._evaluate(minibatch(chunk), {k: v[chunk] for k, v in replay.items()})
-                    old_lp[chunk] = ev.log_prob
-                    if old_parts is not None and ev.log_prob_parts is not None:
-                        old_parts[chunk] = ev.log_prob_parts
+                    ev = self._evaluate(minibatch(chunk), {k: v[chunk] for k, v in replay.items()}, policy)
+                    lp[chunk] = ev.log_prob
+                    if parts is not None and ev.log_prob_parts is not None:
+                        parts[chunk] = ev.log_prob_parts
+            return lp, parts
 
+        if cfg.recompute_log_probs and train_actor:  # old log-probs from this learner's own forward
+            old_lp, old_parts = log_probs_of(self.policy, old_lp, old_parts)
         ref_lp = ref_parts = None
         if self.reference is not None and train_actor:  # the reference's log-probs of the sampled actions
-            ref_lp, ref_parts = torch.zeros_like(old_lp), None if old_parts is None else torch.zeros_like(old_parts)
-            with torch.no_grad():
-                for chunk in rows.split(max(1, len(rows) // cfg.minibatches)):
-                    ev = self._evaluate(minibatch(chunk), {k: v[chunk] for k, v in replay.items()}, self.reference)
-                    ref_lp[chunk] = ev.log_prob
-                    if ref_parts is not None and ev.log_prob_parts is not None:
-                        ref_parts[chunk] = ev.log_prob_parts
+            ref_lp, ref_parts = log_probs_of(self.reference, old_lp, old_parts)
 
         n = len(rows)
         mb_size = max(1, n // cfg.minibatches)
