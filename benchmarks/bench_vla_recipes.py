@@ -61,6 +61,8 @@ RECIPES = {  # name -> (few-shot SFT config, RL config, expert demos per seed; N
     "compose_grpo_ar": ("sft_compose_ar_fewshot", "rl_compose_grpo_ar", 1200),
     "mt10_grpo_flow": ("sft_mt10_flow_fewshot", "rl_mt10_grpo_flow", 500),
     "mt10_grpo_ar": ("sft_mt10_ar_fewshot", "rl_mt10_grpo_ar", 500),
+    "mt10_goal_grpo_flow": ("sft_mt10_goal_flow_fewshot", "rl_mt10_goal_grpo_flow", 500),
+    "mt10_goal_grpo_ar": ("sft_mt10_goal_ar_fewshot", "rl_mt10_goal_grpo_ar", 500),
 }
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 

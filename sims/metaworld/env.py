@@ -3,7 +3,9 @@
 The B envs live in W worker processes (sims/metaworld/worker.py, run by .venv-metaworld's
 interpreter; worker k holds a contiguous block of envs); observations travel in shared memory.
 Observations (B envs):
-  "state":       float32 [B, 4]          hand xyz, gripper opening in [0, 1] (MetaWorld's obs[0:4])
+  "state":       float32 [B, 4]          hand xyz, gripper opening in [0, 1] (MetaWorld's obs[0:4]);
+                 float32 [B, 7]          with a task name ending in "@goal": then the goal's xyz
+                                         (obs[36:39]), which a 64 px frame shows as 2-3 pixels
   "privileged":  float32 [B, 39 + N]     MetaWorld's observation with the goal visible (hand,
                                          gripper, objects, the previous frame of them, goal),
                                          then a one-hot of the env's task among the N tasks of
@@ -39,11 +41,12 @@ import numpy as np
 import torch
 
 from sims.metaworld.proc import OBS_DIM, WorkerProc
-from sims.metaworld.tasks import CAMERAS, INSTRUCTIONS, MAX_PATH_LENGTH, parse_name
+from sims.metaworld.tasks import CAMERAS, INSTRUCTIONS, MAX_PATH_LENGTH, parse_name, split_variant
 from sims.mujoco.seeding import parse_env_ids, parse_seeds, stream_from
 from sims.vecenv import ChunkStepResult, EnvError, EnvSpec, Obs, Seed, StepResult, VecEnv, check_action
 
-STATE_DIM = 4
+STATE_DIM = 4  # hand xyz, gripper
+GOAL_SLICE = slice(36, 39)  # the goal's xyz in MetaWorld's observation
 ACTION_DIM = 4
 OBS_MODES = ("state", "rgb")
 REWARD_MODES = ("sparse", "dense", "staged")
@@ -59,7 +62,8 @@ def _size(value: Any) -> tuple[int, int]:
 
 class MetaWorldVecEnv(VecEnv):
     """B MetaWorld envs. task: "metaworld:MT10", "metaworld:MT50" (env i runs task i mod N),
-    "metaworld:MT10/<task>" (one task, the benchmark's one-hot) or "metaworld:<task>"; obs_mode "state" | "rgb"; reward_mode "sparse" | "dense" | "staged" (module doc);
+    "metaworld:MT10/<task>" (one task, the benchmark's one-hot) or "metaworld:<task>", each with an
+    optional "@goal" (the goal's xyz in the state); obs_mode "state" | "rgb"; reward_mode "sparse" | "dense" | "staged" (module doc);
     cameras: MetaWorld's camera names (corner, corner2, corner3, corner4, topview, behindGripper,
     gripperPOV); image_size (H, W); seed: the stream of unseeded resets; num_workers: processes
     (default min(B, 2)); start_timeout: seconds for the workers to build their envs. num_threads
@@ -72,6 +76,7 @@ class MetaWorldVecEnv(VecEnv):
                  num_threads: int | None = None):
         self.workers: list[WorkerProc] = []
         suite, tasks = parse_name(task)
+        self.goal_in_state = split_variant(task)[1]
         for field, value, allowed in (("obs_mode", obs_mode, OBS_MODES), ("reward_mode", reward_mode, REWARD_MODES)):
             if value not in allowed:
                 raise EnvError(f"{field}: unknown value {value!r}; allowed: {', '.join(allowed)}")
@@ -108,7 +113,7 @@ class MetaWorldVecEnv(VecEnv):
             self.close()
             raise
         n_hot = len(self.suite_tasks)
-        self.spec = EnvSpec(task=task, num_envs=B, action_dim=ACTION_DIM, state_dim=STATE_DIM,
+        self.spec = EnvSpec(task=task, num_envs=B, action_dim=ACTION_DIM, state_dim=STATE_DIM + 3 * self.goal_in_state,
                             privileged_dim=OBS_DIM + n_hot, max_episode_steps=steps,
                             control_hz=float(infos[0]["control_hz"]), cameras=cams, image_size=self.image_size)
         self._instr = [INSTRUCTIONS[t] for t in self.task_names]
@@ -151,7 +156,10 @@ class MetaWorldVecEnv(VecEnv):
         self._gather(ids)
 
     def _obs(self) -> Obs:
-        out: Obs = {"state": self._priv[:, :STATE_DIM].to(self.device, copy=True),
+        state = self._priv[:, :STATE_DIM]
+        if self.goal_in_state:
+            state = torch.cat([state, self._priv[:, GOAL_SLICE]], dim=1)
+        out: Obs = {"state": state.to(self.device, copy=True),
                     "privileged": self._priv.to(self.device, copy=True)}
         for cam in self.cameras:
             out[f"rgb_{cam}"] = self._img[cam].to(self.device, copy=True)

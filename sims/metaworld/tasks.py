@@ -2,7 +2,8 @@
 
 Names: "metaworld:MT10" and "metaworld:MT50" (env i runs task i mod n of the benchmark's list),
 "metaworld:MT10/<task>" (one task of a benchmark, with its observation layout), "metaworld:<task>"
-for one task alone ("metaworld:pick-place-v3"). The lists are MetaWorld 3.1.1's
+for one task alone ("metaworld:pick-place-v3"); any of them ending in "@goal" puts the goal's xyz
+into the policy's "state" ("metaworld:MT10@goal", "metaworld:MT10/push-v3@goal"). The lists are MetaWorld 3.1.1's
 (metaworld.env_dict.MT10_V3 and ALL_V3_ENVIRONMENTS, in that order). The instructions are ours,
 one phrase per task, written from the task names (MetaWorld ships none).
 """
@@ -76,15 +77,30 @@ def suite_names() -> list[str]:
     return [f"metaworld:{b}" for b in BENCHMARKS]
 
 
+GOAL_VARIANT = "goal"  # "<name>@goal": state = hand xyz, gripper, goal xyz (docs/metaworld.md)
+
+
+def split_variant(task: str) -> tuple[str, bool]:
+    """"metaworld:MT10@goal" -> ("metaworld:MT10", True); a name without "@" -> (it, False).
+    One-line EnvError for another variant."""
+    from sims.vecenv import EnvError
+
+    base, at, variant = task.partition("@")
+    if at and variant != GOAL_VARIANT:
+        raise EnvError(f"task: unknown MetaWorld observation variant {variant!r} in {task!r}; allowed: "
+                       f"@{GOAL_VARIANT} (the goal's xyz in the state) or none")
+    return base, bool(at)
+
+
 def parse_name(task: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """A task name -> (the benchmark's tasks, which the privileged one-hot ranges over; the env's
     tasks, env i running the i mod n-th). "metaworld:MT10" -> (MT10, MT10); "metaworld:MT10/push-v3"
     -> (MT10, ("push-v3",)): one task with the benchmark's observation layout (the protocol runs
-    each task of a benchmark so); "metaworld:push-v3" -> ((), ("push-v3",)). One-line EnvError
-    for anything else."""
+    each task of a benchmark so); "metaworld:push-v3" -> ((), ("push-v3",)); an "@goal" ending
+    changes the state only (split_variant). One-line EnvError for anything else."""
     from sims.vecenv import EnvError
 
-    body = task.removeprefix("metaworld:")
+    body = split_variant(task)[0].removeprefix("metaworld:")
     bench, _, sub = body.partition("/")
     if bench in BENCHMARKS:
         if not sub:
@@ -95,13 +111,15 @@ def parse_name(task: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     if body in INSTRUCTIONS:
         return (), (body,)
     raise EnvError(f"task: unknown MetaWorld task {body!r} in {task!r}; allowed: metaworld:MT10, metaworld:MT50, "
-                   f"metaworld:MT10/<task>, metaworld:<one of the 50 v3 tasks, e.g. pick-place-v3> (docs/metaworld.md)")
+                   f"metaworld:MT10/<task>, metaworld:<one of the 50 v3 tasks, e.g. pick-place-v3>, each with an "
+                   f"optional @goal (docs/metaworld.md)")
 
 
 def tasks_of(task: str) -> list[str]:
-    """"metaworld:MT10" -> ["metaworld:MT10/reach-v3", ...] (each with the benchmark's layout);
-    a one-task name -> [it]."""
+    """"metaworld:MT10" -> ["metaworld:MT10/reach-v3", ...] (each with the benchmark's layout;
+    "metaworld:MT10@goal" -> ["metaworld:MT10/reach-v3@goal", ...]); a one-task name -> [it]."""
     suite, tasks = parse_name(task)
+    base, goal = split_variant(task)
     if suite and len(tasks) > 1:
-        return [f"{task}/{t}" for t in tasks]
+        return [f"{base}/{t}" + (f"@{GOAL_VARIANT}" if goal else "") for t in tasks]
     return [task]

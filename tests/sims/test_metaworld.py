@@ -34,6 +34,9 @@ def test_names_without_a_worker():
     assert parse_name("metaworld:MT50/push-v3") == (MT50, ("push-v3",))
     assert parse_name("metaworld:push-v3") == ((), ("push-v3",))
     assert tasks_of("metaworld:MT10")[2] == "metaworld:MT10/pick-place-v3" and len(tasks_of("metaworld:MT50")) == 50
+    assert parse_name("metaworld:MT10@goal") == (MT10, MT10) and parse_name("metaworld:push-v3@goal") == ((), ("push-v3",))
+    assert tasks_of("metaworld:MT10@goal")[1] == "metaworld:MT10/push-v3@goal"
+    _one_line(lambda: make_env("metaworld:MT10@objects", 1), "variant", "objects", "@goal")
     _one_line(lambda: make_env("metaworld:MT11", 1), "task", "MT11", "allowed")
     _one_line(lambda: make_env("metaworld:MT10/sweep-v3", 1), "sweep-v3", "MT10", "allowed")
     _one_line(lambda: make_env("metaworld:push-v3", 1, obs_mode="depth"), "obs_mode", "allowed")
@@ -151,13 +154,17 @@ def test_envs_of_a_task_share_a_renderer_pixel_exactly():
 
 @needs_mw
 def test_expert_solves_every_mt10_task():
-    """MetaWorld's scripted policies as our expert: one MT10 batch (env i = task i), each solved."""
-    env, ex = make_env("metaworld:MT10", 10, num_workers=1), expert_for("metaworld:MT10")
+    """MetaWorld's scripted policies as our expert: one MT10 batch (env i = task i), each solved;
+    with "@goal" the state holds the hand, the gripper and the goal at every step."""
+    env, ex = make_env("metaworld:MT10@goal", 10, num_workers=1), expert_for("metaworld:MT10@goal")
     try:
         obs, _ = env.reset(seed=list(range(10)))
+        assert env.spec.state_dim == 7
         won, done = np.zeros(10, bool), np.zeros(10, bool)
         for _ in range(env.spec.max_episode_steps):
-            r = env.step(torch.from_numpy(ex(obs["privileged"].numpy())))
+            priv = obs["privileged"]
+            assert torch.equal(obs["state"], torch.cat([priv[:, :4], priv[:, 36:39]], 1))
+            r = env.step(torch.from_numpy(ex(priv.numpy())))
             new = r.done.numpy() & ~done
             won[new], done = r.terminated.numpy()[new], done | new
             obs = r.obs
