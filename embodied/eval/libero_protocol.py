@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
@@ -30,9 +29,9 @@ import numpy as np
 import torch
 
 from sims.libero.tasks import NUM_INIT_STATES, SETTLE_STEPS, SUITES, parse_name
+from embodied.eval.suite_protocol import RUN_SIZE, mean_over_tasks, print_report_or_stop, run_and_write, run_on_tasks
 from sims.vecenv import EnvError
 
-RUN_SIZE = 10  # consecutive init states per run: the unit of the report's IQM interval
 SUCCESS = ("LIBERO's check_success() (the task's BDDL goal predicates) holds at some control step; the episode "
            "ends there (terminated) or after the suite's max steps (a failure)")
 
@@ -66,45 +65,16 @@ class ExpertPolicy:
 
 
 def run_episodes(label: str, policy: Any, make: Callable[[str, int], Any], task: str, inits: int,
-                 num_envs: int, log: Callable[[str], None] = print) -> tuple[list[dict], dict]:
-    """One episode per init state 0..inits-1 of each task of `task`; make(task, B) builds the env.
-    Returns (episodes in results.json's form, {"control_hz", "max_episode_steps", "chunk_size"})."""
-    from embodied.eval.evaluate import evaluate
-
+                 num_envs: int, log: Callable[[str], None] = print,
+                 after_task: Callable[[list[dict], dict], None] | None = None) -> tuple[list[dict], dict]:
+    """One episode per init state 0..inits-1 of each task of `task`; make(task, B) builds the env
+    (run_on_tasks of embodied/eval/suite_protocol.py)."""
     if not 1 <= inits <= NUM_INIT_STATES:
         raise EnvError(f"inits: {inits}; LIBERO has {NUM_INIT_STATES} official init states per task, "
                        f"allowed: 1..{NUM_INIT_STATES}")
     if num_envs < 1:
         raise EnvError(f"num_envs: expected >= 1, got {num_envs}")
-    episodes, info = [], {}
-    for t in tasks_of(task):
-        env = make(t, min(num_envs, inits))
-        try:
-            res = evaluate(policy, env, list(range(inits)))
-            obs, _ = env.reset(seed=list(range(env.num_envs)))
-            info = {"control_hz": env.spec.control_hz, "max_episode_steps": env.spec.max_episode_steps,
-                    "chunk_size": int(policy.act(obs, deterministic=True).actions.shape[1])}
-        finally:
-            env.close()
-        name = t.removeprefix("libero:")
-        episodes += [{"checkpoint": label, "condition": "nominal", "task": name, "seed": k, "success": bool(s),
-                      "length": int(n), "run": k // RUN_SIZE} for k, (s, n) in enumerate(zip(res.successes, res.lengths))]
-        log(f"  {label:32s} {name:24s} success {sum(res.successes)}/{inits}")
-    return episodes, info
-
-
-def mean_over_tasks(episodes: list[dict]) -> dict[str, str]:
-    """label -> "mean [Wilson 95% of the pooled episodes] (k/n, T tasks)": every task has the same
-    number of episodes, so the pooled rate is the mean of the per-task rates."""
-    from embodied.eval.stats import wilson_interval
-
-    out = {}
-    for label in dict.fromkeys(e["checkpoint"] for e in episodes):
-        eps = [e for e in episodes if e["checkpoint"] == label]
-        k, n = sum(e["success"] for e in eps), len(eps)
-        low, high = wilson_interval(k, n)
-        out[label] = f"{k / n:.3f} [{low:.3f}, {high:.3f}] ({k}/{n}, {len({e['task'] for e in eps})} tasks)"
-    return out
+    return run_on_tasks(label, policy, make, tasks_of(task), "libero:", inits, num_envs, log, after_task)
 
 
 def side_versions() -> dict[str, str]:
@@ -173,15 +143,12 @@ def run_checkpoints(checkpoints: list[str], task: str, out: str | Path, inits: i
 
     tasks_of(task)  # the name is checked before any checkpoint loads
     cks = load_checkpoints(checkpoints, task)
-    episodes, info, t0 = [], {}, time.monotonic()
-    for ck in cks:
-        def make(t: str, b: int, ck=ck) -> Any:
-            return build_env(dataclasses.replace(ck.cfg.env, task=t, num_threads=1), b)
 
-        eps, info = run_episodes(ck.label, ck.policy, make, task, inits, num_envs, log)
-        episodes += eps
-    sources = {c.label: str(c.path) for c in cks}
-    return write_folder(out, task, inits, episodes, info, sources, num_envs, time.monotonic() - t0)
+    def maker(ck: Any) -> Callable[[str, int], Any]:
+        return lambda t, b: build_env(dataclasses.replace(ck.cfg.env, task=t, num_threads=1), b)
+
+    return run_and_write([(ck.label, str(ck.path), ck.policy, maker(ck)) for ck in cks], task, out, inits,
+                         num_envs, log, run_episodes, write_folder)
 
 
 def run_source(source: str, task: str, out: str | Path, inits: int = NUM_INIT_STATES, num_envs: int = 10,
@@ -193,7 +160,6 @@ def run_source(source: str, task: str, out: str | Path, inits: int = NUM_INIT_ST
     or privileged (e.g. embodied.imitation.bc's), fed no images; else a checkpoint."""
     from sims.registry import make_env
 
-    t0 = time.monotonic()
     if source == "expert":
         policy, label = ExpertPolicy(task), "scripted_expert"
 
@@ -212,8 +178,7 @@ def run_source(source: str, task: str, out: str | Path, inits: int = NUM_INIT_ST
             return make_env(t, b, obs_mode="rgb", cameras=cameras, image_size=(image_size, image_size))
     else:
         return run_checkpoints([source], task, out, inits, num_envs, log)
-    episodes, info = run_episodes(label, policy, make, task, inits, num_envs, log)
-    return write_folder(out, task, inits, episodes, info, {label: source}, num_envs, time.monotonic() - t0)
+    return run_and_write([(label, source, policy, make)], task, out, inits, num_envs, log, run_episodes, write_folder)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -227,8 +192,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", required=True, help="report folder")
     a = p.parse_args(argv)
     torch.set_num_threads(1)
-    path = run_source(a.source, a.task, a.out, a.inits, a.num_envs, tuple(a.cameras.split(",")), a.image_size)
-    print(f"wrote {path}")
+    print_report_or_stop(lambda: run_source(a.source, a.task, a.out, a.inits, a.num_envs,
+                                            tuple(a.cameras.split(",")), a.image_size))
 
 
 if __name__ == "__main__":

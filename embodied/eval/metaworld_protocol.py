@@ -10,7 +10,8 @@ was trained on. The folder is the one `embodied sim2real` writes (embodied/eval/
 results.json with every episode (condition "nominal", task "MT10/push-v3", run = a block of 10
 consecutive seeds), report.md / report.html with the success per task and its Wilson 95% interval
 and the IQM over runs x tasks; the protocol block adds the mean over tasks with the Wilson
-interval of the pooled episodes.
+interval of the pooled episodes. SIGINT or SIGTERM stops it after the current task, with the
+folder written from the tasks done so far.
 
   embodied sim2real CKPT... --task metaworld:MT10 --trials 50 --out DIR      (checkpoints)
   python -m embodied.eval.metaworld_protocol expert --task metaworld:MT10 --episodes 50 --out DIR
@@ -22,14 +23,13 @@ import argparse
 import dataclasses
 import hashlib
 import json
-import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
 
 import torch
 
-from embodied.eval.libero_protocol import RUN_SIZE, mean_over_tasks
+from embodied.eval.suite_protocol import RUN_SIZE, mean_over_tasks, print_report_or_stop, run_and_write, run_on_tasks
 from sims.metaworld.tasks import MAX_PATH_LENGTH, tasks_of
 from sims.vecenv import EnvError
 
@@ -58,30 +58,15 @@ class ExpertPolicy:
 
 
 def run_episodes(label: str, policy: Any, make: Callable[[str, int], Any], task: str, episodes: int,
-                 num_envs: int, log: Callable[[str], None] = print) -> tuple[list[dict], dict]:
-    """One episode per seed 0..episodes-1 of each task of `task`; make(task, B) builds the env.
-    Returns (episodes in results.json's form, {"control_hz", "max_episode_steps", "chunk_size"})."""
-    from embodied.eval.evaluate import evaluate
-
+                 num_envs: int, log: Callable[[str], None] = print,
+                 after_task: Callable[[list[dict], dict], None] | None = None) -> tuple[list[dict], dict]:
+    """One episode per seed 0..episodes-1 of each task of `task`; make(task, B) builds the env
+    (run_on_tasks of embodied/eval/suite_protocol.py)."""
     if not 1 <= episodes <= MAX_EPISODES:
         raise EnvError(f"episodes: {episodes}; allowed: 1..{MAX_EPISODES} seeds per task")
     if num_envs < 1:
         raise EnvError(f"num_envs: expected >= 1, got {num_envs}")
-    out, info = [], {}
-    for t in tasks_of(task):
-        env = make(t, min(num_envs, episodes))
-        try:
-            res = evaluate(policy, env, list(range(episodes)))
-            obs, _ = env.reset(seed=list(range(env.num_envs)))
-            info = {"control_hz": env.spec.control_hz, "max_episode_steps": env.spec.max_episode_steps,
-                    "chunk_size": int(policy.act(obs, deterministic=True).actions.shape[1])}
-        finally:
-            env.close()
-        name = t.removeprefix("metaworld:")
-        out += [{"checkpoint": label, "condition": "nominal", "task": name, "seed": k, "success": bool(s),
-                 "length": int(n), "run": k // RUN_SIZE} for k, (s, n) in enumerate(zip(res.successes, res.lengths))]
-        log(f"  {label:32s} {name:32s} success {sum(res.successes)}/{episodes}")
-    return out, info
+    return run_on_tasks(label, policy, make, tasks_of(task), "metaworld:", episodes, num_envs, log, after_task)
 
 
 def side_versions() -> dict[str, str]:
@@ -143,15 +128,12 @@ def run_checkpoints(checkpoints: list[str], task: str, out: str | Path, episodes
 
     tasks_of(task)  # the name is checked before any checkpoint loads
     cks = load_checkpoints(checkpoints, task)
-    eps, info, t0 = [], {}, time.monotonic()
-    for ck in cks:
-        def make(t: str, b: int, ck=ck) -> Any:
-            return build_env(dataclasses.replace(ck.cfg.env, task=t, num_threads=1), b)
 
-        e, info = run_episodes(ck.label, ck.policy, make, task, episodes, num_envs, log)
-        eps += e
-    return write_folder(out, task, episodes, eps, info, {c.label: str(c.path) for c in cks}, num_envs,
-                        time.monotonic() - t0)
+    def maker(ck: Any) -> Callable[[str, int], Any]:
+        return lambda t, b: build_env(dataclasses.replace(ck.cfg.env, task=t, num_threads=1), b)
+
+    return run_and_write([(ck.label, str(ck.path), ck.policy, maker(ck)) for ck in cks], task, out, episodes,
+                         num_envs, log, run_episodes, write_folder)
 
 
 def run_expert(task: str, out: str | Path, episodes: int = 50, num_envs: int = 10,
@@ -159,30 +141,28 @@ def run_expert(task: str, out: str | Path, episodes: int = 50, num_envs: int = 1
     """The scripted policies through the protocol (the ceiling a learned policy is read against)."""
     from sims.registry import make_env
 
-    t0 = time.monotonic()
     policy = ExpertPolicy(task)
     try:
-        eps, info = run_episodes("scripted_expert", policy, lambda t, b: make_env(t, b), task, episodes, num_envs, log)
+        return run_and_write([("scripted_expert", "expert", policy, make_env)], task, out, episodes, num_envs, log,
+                             run_episodes, write_folder)
     finally:
         policy.close()
-    return write_folder(out, task, episodes, eps, info, {"scripted_expert": "expert"}, num_envs, time.monotonic() - t0)
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description="MetaWorld's multi-task protocol -> a sim-to-real report folder")
     p.add_argument("source", help="'expert', or a checkpoint / run directory")
-    p.add_argument("--task", required=True, help="metaworld:MT10, metaworld:MT50, metaworld:MT10/<task> or metaworld:<task>")
+    p.add_argument("--task", required=True, help="metaworld:MT10, metaworld:MT50, metaworld:MT10/<task> or metaworld:<task>, "
+                                                "each with an optional @goal")
     p.add_argument("--episodes", type=int, default=50, help="seeds per task (0..N-1)")
     p.add_argument("--num-envs", type=int, default=10, help="envs per task batch")
     p.add_argument("--out", required=True, help="report folder")
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     if a.source == "expert":
-        path = run_expert(a.task, a.out, a.episodes, a.num_envs)
+        print_report_or_stop(lambda: run_expert(a.task, a.out, a.episodes, a.num_envs))
     else:
-        path = run_checkpoints([a.source], a.task, a.out, a.episodes, a.num_envs)
-    print(f"wrote {path}")
-
+        print_report_or_stop(lambda: run_checkpoints([a.source], a.task, a.out, a.episodes, a.num_envs))
 
 if __name__ == "__main__":
     main()

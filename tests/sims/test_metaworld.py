@@ -7,6 +7,8 @@ with the reason, without .venv-metaworld (`make metaworld`; `make test` builds i
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import numpy as np
 import pytest
@@ -34,7 +36,8 @@ def test_names_without_a_worker():
     assert parse_name("metaworld:MT50/push-v3") == (MT50, ("push-v3",))
     assert parse_name("metaworld:push-v3") == ((), ("push-v3",))
     assert tasks_of("metaworld:MT10")[2] == "metaworld:MT10/pick-place-v3" and len(tasks_of("metaworld:MT50")) == 50
-    assert parse_name("metaworld:MT10@goal") == (MT10, MT10) and parse_name("metaworld:push-v3@goal") == ((), ("push-v3",))
+    assert parse_name("metaworld:MT10@goal") == (MT10, MT10)
+    assert parse_name("metaworld:push-v3@goal") == ((), ("push-v3",))
     assert tasks_of("metaworld:MT10@goal")[1] == "metaworld:MT10/push-v3@goal"
     _one_line(lambda: make_env("metaworld:MT10@objects", 1), "variant", "objects", "@goal")
     _one_line(lambda: make_env("metaworld:MT11", 1), "task", "MT11", "allowed")
@@ -189,6 +192,19 @@ def test_protocol_report(tmp_path):
     assert res["protocol"]["simulator_versions"]["metaworld"] == "3.1.1"
     assert res["protocol"]["max_episode_steps"] == 500 and res["protocol"]["seeds"] == [0, 1, 2]
     assert "MT10/pick-place-v3" in report.read_text()
+
+    # a signal stops the protocol after the task it is in, with the folder of the tasks done
+    from embodied.run.stop import Stopped
+
+    def interrupt(line: str) -> None:  # the log line that ends the first task
+        os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(Stopped) as stop:
+        run_expert("metaworld:MT10", tmp_path / "stopped", episodes=2, num_envs=2, log=interrupt)
+    res = json.loads((tmp_path / "stopped" / "results.json").read_text())
+    assert [(e["task"], e["seed"]) for e in res["episodes"]] == [("MT10/reach-v3", 0), ("MT10/reach-v3", 1)]
+    assert "2 episodes" in stop.value.line() and str(tmp_path / "stopped") in stop.value.line()
+    assert (tmp_path / "stopped" / "report.md").is_file()
 
 
 @needs_mw
