@@ -99,14 +99,17 @@ def save_checkpoint(ckpt_root: Path, name: str, policy: Any, trainer_state: dict
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
-    """A checkpoint directory from itself, a checkpoints/ folder or a run directory."""
+    """A checkpoint directory from itself, a checkpoints/ folder, its `latest` pointer file or a run
+    directory."""
     path = Path(path)
+    if path.name == "latest" and path.is_file():
+        path = path.parent
     for root in (path, path / "checkpoints"):
         if (root / "latest").is_file():
             return root / (root / "latest").read_text().strip()
     if (path / "meta.json").is_file():
         return path
-    raise CheckpointError(f"checkpoint not found: {path} (expected a checkpoint, checkpoints/ or run directory)")
+    raise CheckpointError(f"checkpoint not found: {path} (expected a checkpoint, checkpoints/, checkpoints/latest or run directory)")
 
 
 def load_checkpoint(path: str | Path) -> tuple[Path, dict[str, Any], dict[str, Any]]:

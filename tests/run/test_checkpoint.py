@@ -27,6 +27,7 @@ def test_save_is_atomic_and_latest_moves(tmp_path):
     save_checkpoint(root, "iter_000002", policy, {"x": torch.zeros(2)}, {"iteration": 2})
     ckpt, meta, state = load_checkpoint(tmp_path)
     assert ckpt.name == "iter_000002" and meta["iteration"] == 2 and torch.equal(state["x"], torch.zeros(2))
+    assert load_checkpoint(root / "latest")[0] == ckpt  # the pointer file names the same checkpoint
     assert not [p for p in root.iterdir() if p.name.startswith(".")]  # no temporaries left
 
 
