@@ -158,7 +158,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     from sims.metaworld.tasks import suite_names  # names only: no MetaWorld, no torch
 
     print("metaworld tasks (make metaworld, docs/metaworld.md): " + ", ".join(suite_names())
-          + ", metaworld:MT10/<task>, metaworld:<task> (50 v3 tasks)")
+          + ", metaworld:MT10/<task>, metaworld:<task> (50 v3 tasks); each with @goal for the goal in the state")
     return 0
 
 

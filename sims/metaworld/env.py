@@ -63,7 +63,8 @@ def _size(value: Any) -> tuple[int, int]:
 class MetaWorldVecEnv(VecEnv):
     """B MetaWorld envs. task: "metaworld:MT10", "metaworld:MT50" (env i runs task i mod N),
     "metaworld:MT10/<task>" (one task, the benchmark's one-hot) or "metaworld:<task>", each with an
-    optional "@goal" (the goal's xyz in the state); obs_mode "state" | "rgb"; reward_mode "sparse" | "dense" | "staged" (module doc);
+    optional "@goal" (the goal's xyz in the state); obs_mode "state" | "rgb"; reward_mode "sparse" |
+    "dense" | "staged" (module doc);
     cameras: MetaWorld's camera names (corner, corner2, corner3, corner4, topview, behindGripper,
     gripperPOV); image_size (H, W); seed: the stream of unseeded resets; num_workers: processes
     (default min(B, 2)); start_timeout: seconds for the workers to build their envs. num_threads
@@ -113,7 +114,8 @@ class MetaWorldVecEnv(VecEnv):
             self.close()
             raise
         n_hot = len(self.suite_tasks)
-        self.spec = EnvSpec(task=task, num_envs=B, action_dim=ACTION_DIM, state_dim=STATE_DIM + 3 * self.goal_in_state,
+        state_dim = STATE_DIM + (GOAL_SLICE.stop - GOAL_SLICE.start) * self.goal_in_state
+        self.spec = EnvSpec(task=task, num_envs=B, action_dim=ACTION_DIM, state_dim=state_dim,
                             privileged_dim=OBS_DIM + n_hot, max_episode_steps=steps,
                             control_hz=float(infos[0]["control_hz"]), cameras=cams, image_size=self.image_size)
         self._instr = [INSTRUCTIONS[t] for t in self.task_names]

@@ -3,9 +3,9 @@
 Names: "metaworld:MT10" and "metaworld:MT50" (env i runs task i mod n of the benchmark's list),
 "metaworld:MT10/<task>" (one task of a benchmark, with its observation layout), "metaworld:<task>"
 for one task alone ("metaworld:pick-place-v3"); any of them ending in "@goal" puts the goal's xyz
-into the policy's "state" ("metaworld:MT10@goal", "metaworld:MT10/push-v3@goal"). The lists are MetaWorld 3.1.1's
-(metaworld.env_dict.MT10_V3 and ALL_V3_ENVIRONMENTS, in that order). The instructions are ours,
-one phrase per task, written from the task names (MetaWorld ships none).
+into the policy's "state" ("metaworld:MT10@goal", "metaworld:MT10/push-v3@goal"). The lists are
+MetaWorld 3.1.1's (metaworld.env_dict.MT10_V3 and ALL_V3_ENVIRONMENTS, in that order). The
+instructions are ours, one phrase per task, written from the task names (MetaWorld ships none).
 """
 
 from __future__ import annotations
