@@ -28,8 +28,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from sims.libero.tasks import NUM_INIT_STATES, SETTLE_STEPS, SUITES, parse_name
 from embodied.eval.suite_protocol import RUN_SIZE, mean_over_tasks, print_report_or_stop, run_and_write, run_on_tasks
+from sims.libero.tasks import NUM_INIT_STATES, SETTLE_STEPS, SUITES, parse_name
 from sims.vecenv import EnvError
 
 SUCCESS = ("LIBERO's check_success() (the task's BDDL goal predicates) holds at some control step; the episode "
