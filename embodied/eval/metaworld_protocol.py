@@ -152,8 +152,8 @@ def run_expert(task: str, out: str | Path, episodes: int = 50, num_envs: int = 1
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description="MetaWorld's multi-task protocol -> a sim-to-real report folder")
     p.add_argument("source", help="'expert', or a checkpoint / run directory")
-    p.add_argument("--task", required=True, help="metaworld:MT10, metaworld:MT50, metaworld:MT10/<task> or metaworld:<task>, "
-                                                "each with an optional @goal")
+    p.add_argument("--task", required=True,
+                   help="metaworld:MT10, metaworld:MT50, metaworld:MT10/<task> or metaworld:<task>, each with an optional @goal")
     p.add_argument("--episodes", type=int, default=50, help="seeds per task (0..N-1)")
     p.add_argument("--num-envs", type=int, default=10, help="envs per task batch")
     p.add_argument("--out", required=True, help="report folder")
@@ -163,6 +163,7 @@ def main(argv: list[str] | None = None) -> None:
         print_report_or_stop(lambda: run_expert(a.task, a.out, a.episodes, a.num_envs))
     else:
         print_report_or_stop(lambda: run_checkpoints([a.source], a.task, a.out, a.episodes, a.num_envs))
+
 
 if __name__ == "__main__":
     main()

@@ -109,7 +109,8 @@ def resolve_checkpoint(path: str | Path) -> Path:
             return root / (root / "latest").read_text().strip()
     if (path / "meta.json").is_file():
         return path
-    raise CheckpointError(f"checkpoint not found: {path} (expected a checkpoint, checkpoints/, checkpoints/latest or run directory)")
+    raise CheckpointError(f"checkpoint not found: {path} "
+                          f"(expected a checkpoint, checkpoints/, checkpoints/latest or run directory)")
 
 
 def load_checkpoint(path: str | Path) -> tuple[Path, dict[str, Any], dict[str, Any]]:
