@@ -96,11 +96,13 @@ class Worker:
             self.last_reward.append(0.0)
             if cameras and name not in self.renderers:
                 # one renderer per task, shared by the task's envs: a renderer (its GL context, the
-                # model's meshes and textures) holds about 150 MB, an env 40 MB. The scene is built
+                # model's meshes and textures) holds about 60 MB, an env 40 MB. The scene is built
                 # from each env's own data (body, geom and site poses), and the envs of one task
                 # differ in their models only where a reset moves fixtures and goal sites, which
                 # reach the scene through data; tests/sims/test_metaworld.py checks the pixels
                 env.model.vis.quality.offsamples = 0  # no multisampling: 10x cheaper at 64 px
+                # no shadow map: shadows are off below, and MetaWorld's 4096 px map is 64 MB per renderer
+                env.model.vis.quality.shadowsize = 0
                 r = mujoco.Renderer(env.model, height, width)
                 r.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
                 r.scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
