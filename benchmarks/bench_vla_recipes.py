@@ -77,19 +77,21 @@ def mean_ci(xs: list[float]) -> tuple[float, float]:
 
 def run_seed(recipes: list[str], seed: int, out: Path, demos: int, noise: float, sft_steps: int | None,
              rl_steps: int | None, rl_overrides: list[str] = (), stage: str = "all", rl_minutes: float = 0.0,
-             held_out: str | None = None) -> dict[str, dict]:
+             held_out: str | None = None, balanced: bool = False) -> dict[str, dict]:
     """Collect, SFT and RL for one seed; {recipe: {"sft", "rl", "curve", "minutes"}} (with
-    "per_task" for a multi-task recipe, "held_out" with held_out); {} for stage "sft"."""
+    "per_task" for a multi-task recipe, "held_out" with held_out); {} for stage "sft". balanced:
+    as many demos of each task (MetaWorld benchmarks), in folders of their own ("_balanced")."""
     results, sft_dirs = {}, {}
     for name in recipes:
         sft_name, rl_name, recipe_demos = RECIPES[name]
         if sft_name not in sft_dirs:
             sft = load_sft_config(CONFIGS / "sft" / f"{sft_name}.yaml", [f"seed={seed}", "eval_every=0"])
-            data = out / f"data_{sft.task.replace(':', '_')}_{'_'.join(sft.cameras)}_s{seed}"
+            tag = "_balanced" if balanced else ""
+            data = out / f"data_{sft.task.replace(':', '_')}_{'_'.join(sft.cameras)}{tag}_s{seed}"
             if not (data / "meta" / "info.json").is_file() and stage != "rl":
                 collect_demos(sft.task, recipe_demos or demos, data, seed=100_000 * (seed + 1), obs_mode="rgb",
-                              image_size=sft.image_size, cameras=sft.cameras, noise=noise)
-            sft.dataset, sft.run_dir = str(data), str(out / f"{sft_name}_s{seed}")
+                              image_size=sft.image_size, cameras=sft.cameras, noise=noise, balanced=balanced)
+            sft.dataset, sft.run_dir = str(data), str(out / f"{sft_name}{tag}_s{seed}")
             sft.steps = sft_steps or sft.steps
             final = Path(sft.run_dir) / "final"
             if (final / "config.json").is_file():  # an earlier run's SFT of this seed: reuse it
@@ -258,6 +260,7 @@ def main() -> None:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--demos", type=int, default=100, help="expert episodes per seed where the recipe names none")
     ap.add_argument("--noise", type=float, default=0.3, help="DART noise of the demos")
+    ap.add_argument("--balanced", action="store_true", help="as many demos of each task (MetaWorld's MT10, MT50)")
     ap.add_argument("--sft-steps", type=int, default=0, help="0: the SFT config's steps")
     ap.add_argument("--rl-steps", type=int, default=0, help="0: the RL config's total_steps")
     ap.add_argument("--set", nargs="*", default=[], help="overrides for every RL config, e.g. env.num_envs=16")
@@ -283,12 +286,14 @@ def main() -> None:
     per_recipe: dict[str, list[dict]] = {r: [] for r in recipes}
     for seed in map(int, args.seeds.split(",")):
         for name, r in run_seed(recipes, seed, out, args.demos, args.noise, args.sft_steps or None,
-                                args.rl_steps or None, args.set, args.stage, args.rl_minutes, args.held_out).items():
+                                args.rl_steps or None, args.set, args.stage, args.rl_minutes, args.held_out,
+                                args.balanced).items():
             per_recipe[name].append({"seed": seed, **r})
     if args.stage == "sft":
         return
     meta = {"date": time.strftime("%Y-%m-%d"), "torch": torch.__version__, "threads": args.threads,
-            "demos": {r: RECIPES[r][2] or args.demos for r in recipes}, "noise": args.noise,
+            "demos": {r: RECIPES[r][2] or args.demos for r in recipes}, "balanced": args.balanced,
+            "noise": args.noise,
             "sft_steps": args.sft_steps, "rl_steps": args.rl_steps, "rl_minutes": args.rl_minutes,
             "rl_overrides": args.set, "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
             "cpus": os.cpu_count()}

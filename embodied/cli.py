@@ -77,6 +77,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
         if args.noise:
             raise EnvError("--noise is DART noise on the expert's actions; with --policy the policy samples its own")
+        if args.balanced:
+            raise EnvError("--balanced shares the expert's demos out over tasks; with --policy every episode is kept")
         summary = collect_policy_rollouts(args.policy, args.episodes, args.out, task=args.task, seed=args.seed,
                                           deterministic=args.deterministic, num_envs=args.num_envs,
                                           # the checkpoint's env unless rgb is asked for here
@@ -91,7 +93,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
         with no_empty_dirs(args.out):
             summary = collect_demos(args.task, args.episodes, args.out, seed=args.seed, obs_mode=args.obs_mode,
                                     image_size=args.image_size, num_envs=args.num_envs, cameras=cameras,
-                                    noise=args.noise)
+                                    noise=args.noise, balanced=args.balanced)
     except Stopped as e:
         left = args.episodes - e.info.get("written", 0)
         e.resume = command_line(options={"--episodes": str(left), "--seed": str(e.info.get("next_seed", args.seed))})
@@ -188,6 +190,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--noise", type=float, default=0.0, metavar="SIGMA",
                    help="DART noise: execute expert action + N(0, SIGMA^2) clipped to [-1, 1], "
                         "record the clean expert action")
+    c.add_argument("--balanced", action="store_true",
+                   help="as many demos of each task (metaworld:MT10, MT50: their rows hold fixed tasks)")
     c.add_argument("--policy", metavar="CHECKPOINT", help="record this trained policy's rollouts (all episodes, "
                    "with rewards and success) instead of the expert's demos")
     c.add_argument("--deterministic", action="store_true", help="with --policy: the policy's mean action, not samples")

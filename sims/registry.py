@@ -24,6 +24,25 @@ def list_tasks() -> list[str]:
     return task_names()
 
 
+def task_cycle(task: str) -> int:
+    """How many tasks the rows of `task` cycle through: env i of a MetaWorld benchmark runs task
+    i mod n (metaworld:MT10 10, metaworld:MT50 50), so a batch of fewer envs leaves tasks out;
+    1 for every other name. Reads names only (no simulator is imported)."""
+    if task.startswith("metaworld:"):
+        from sims.metaworld.tasks import parse_name
+
+        return len(parse_name(task)[1])
+    return 1
+
+
+def batch_for(task: str, episodes: int, cap: int) -> int:
+    """envs for running `episodes` episodes of `task`: min(episodes, cap), then, where rows hold
+    fixed tasks (task_cycle n > 1), rounded down to a multiple of n and at least n, so that every
+    task runs and each as often (metaworld:MT50, 250 episodes, cap 64: 50 envs)."""
+    n, b = task_cycle(task), min(episodes, cap)
+    return b if n == 1 else max(n, b - b % n)
+
+
 def make_env(task: str, num_envs: int, **kwargs: Any) -> VecEnv:
     """A MujocoVecEnv of `task` with num_envs envs; kwargs go to MujocoVecEnv (obs_mode,
     reward_mode, image_size, cameras, render_size, control_hz, timestep, num_threads, seed,

@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from embodied.data.dataset import EpisodeWriter
 from embodied.run.stop import stoppable
-from sims.registry import expert_for, make_env
+from sims.registry import expert_for, make_env, task_cycle
 from sims.vecenv import EnvError
 
 CAMERAS = ("front", "wrist")
@@ -61,24 +61,39 @@ def _check(episodes: int, obs_mode: str, cameras: Sequence[str] | None, noise: f
 def collect_demos(task: str, episodes: int, out: str | Path, seed: int = 0, obs_mode: str = "state",
                   image_size: int = 64, num_envs: int = 0, only_success: bool = True,
                   cameras: Sequence[str] | None = None, noise: float = 0.0,
-                  expert_speed: float = 1.0, progress: bool = True) -> dict[str, Any]:
+                  expert_speed: float = 1.0, balanced: bool = False, progress: bool = True) -> dict[str, Any]:
     """Run the task's expert until `episodes` episodes are written to `out`.
 
     Env k of batch j starts from seed + j * num_envs + k, so a dataset is
-    reproducible. With only_success, failed expert episodes are skipped.
+    reproducible. num_envs 0: min(episodes, 32), and at least one env per task where rows hold
+    fixed tasks (sims.registry.task_cycle: 50 for metaworld:MT50). With only_success, failed
+    expert episodes are skipped.
     cameras: with obs_mode "rgb", the cameras recorded (default ("front",)); one mp4 per
     camera and episode (LIBERO tasks: "agentview" and "wrist", both by default). noise: std of
     the DART noise added to the executed actions (`action` stays the expert's,
     `executed_action` is the noisy one; see the module doc); drawn from a generator seeded
-    with `seed`.
+    with `seed`. balanced: where rows hold fixed tasks (MetaWorld's MT10 and MT50), each task
+    gets episodes // n of the episodes (the first episodes % n tasks one more); a task that has
+    its share goes on running and its episodes are dropped. Without it a task's share follows
+    its envs and episode lengths (MT10, 500 demos on 32 envs: reach 106, peg-insert-side 25).
     """
     cams = _check(episodes, obs_mode, cameras, noise, task)
     if not isinstance(expert_speed, (int, float)) or not 0.0 < expert_speed <= 1.0:
         raise EnvError(f"expert_speed must be in (0, 1], got {expert_speed}")
     expert = expert_for(task)
     rng = np.random.default_rng(seed)
-    B = num_envs or min(episodes, 32)
+    B = num_envs or max(min(episodes, 32), task_cycle(task))  # metaworld:MT50: 50, one env per task
     env = make_env(task, B, obs_mode=obs_mode, image_size=(image_size, image_size), cameras=cams)
+    quota = None
+    if balanced:
+        rows = env.row_tasks
+        if rows is None:
+            env.close()
+            raise EnvError(f"--balanced: {task} does not run fixed tasks on its rows; allowed with "
+                           f"metaworld:MT10, metaworld:MT50 (or a multi: task)")
+        names = list(dict.fromkeys(rows))
+        share = {t: episodes // len(names) + (k < episodes % len(names)) for k, t in enumerate(names)}
+        quota = {"rows": list(rows), "left": share}
     spec = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(env.spec).items()}
     spec["expert_noise_std"] = float(noise)
     spec["expert_speed"] = float(expert_speed)
@@ -95,7 +110,7 @@ def collect_demos(task: str, episodes: int, out: str | Path, seed: int = 0, obs_
     with stoppable("this step") as stop:
         try:
             written, attempted = _run(env, expert, expert_reset, writer, bar, stop, episodes, B, obs, seeds,
-                                      next_seed, rng, noise, expert_speed, only_success)
+                                      next_seed, rng, noise, expert_speed, only_success, quota)
         finally:
             bar.close()
             env.close()
@@ -108,9 +123,10 @@ def collect_demos(task: str, episodes: int, out: str | Path, seed: int = 0, obs_
 
 def _run(env: Any, expert: Any, expert_reset: Any, writer: EpisodeWriter, bar: Any, stop: Any, episodes: int,
          B: int, obs: dict, seeds: np.ndarray, next_seed: int, rng: np.random.Generator, noise: float,
-         expert_speed: float, only_success: bool) -> tuple[int, int]:
+         expert_speed: float, only_success: bool, quota: dict | None = None) -> tuple[int, int]:
     """collect_demos' loop: (episodes written, attempted); on a signal, Stopped after the last
-    whole episode (each one is committed to the dataset as it is written)."""
+    whole episode (each one is committed to the dataset as it is written). quota: {"rows": each
+    row's task, "left": episodes still wanted per task} (balanced), counted down here."""
     written, attempted = 0, 0
     buffers: list[list[dict[str, torch.Tensor]]] = [[] for _ in range(B)]
     while written < episodes:
@@ -133,7 +149,10 @@ def _run(env: Any, expert: Any, expert_reset: Any, writer: EpisodeWriter, bar: A
             steps, buffers[i] = buffers[i], []
             attempted += 1
             ok = bool(res.info["success"][i])
-            if written < episodes and (ok or not only_success):
+            wanted = quota is None or quota["left"][quota["rows"][i]] > 0
+            if written < episodes and wanted and (ok or not only_success):
+                if quota is not None:
+                    quota["left"][quota["rows"][i]] -= 1
                 episode = {k: torch.stack([s[k] for s in steps]) for k in steps[0]}
                 writer.add(episode, obs["instruction"][i], int(seeds[i]))
                 written += 1

@@ -49,6 +49,7 @@ from embodied.distributed.roles import build_role_policy
 from embodied.distributed.sharded_rollout import ShardedCollector
 from embodied.eval.evaluate import EvalResult, evaluate
 from embodied.run.logger import Logger
+from sims.registry import batch_for
 
 
 def placed(backend: Any, collector: Any, learners: list[Any]) -> str:
@@ -161,7 +162,7 @@ def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) ->
         spec = b.get(b.call(collector.workers[0], "spec"))
         spec = dataclasses.replace(spec, num_envs=cfg.env.num_envs)
         policy = build_role_policy(cfg, spec, tc.seed)  # the driver's copy: evaluation and checkpoints
-        eval_env = build_env(cfg.env, min(tc.eval_episodes, 64))
+        eval_env = build_env(cfg.env, batch_for(cfg.env.task, tc.eval_episodes, 64))
         seeds = eval_seeds(tc.eval_episodes)
 
         it, env_steps, summary = 0, 0, {}

@@ -17,6 +17,7 @@ from embodied.run.logger import Logger
 from embodied.run.device import resolve_device
 from embodied.run.stop import StopFlag, stoppable
 from policies.registry import build_policy
+from sims.registry import batch_for
 from sims.vecenv import VecEnv
 
 def build_algorithm(cfg: ExperimentConfig, env: VecEnv, policy: Any) -> tuple[Any, Any]:
@@ -48,7 +49,7 @@ def train(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, 
     env = build_env(cfg.env, device=device)
     policy = build_policy(cfg.policy, env.spec, per_action_value=cfg.ppo.reward_level == "action").to(device)
     collector, learner = build_algorithm(cfg, env, policy)
-    eval_env = build_env(cfg.env, min(tc.eval_episodes, 64), device=device)
+    eval_env = build_env(cfg.env, batch_for(cfg.env.task, tc.eval_episodes, 64), device=device)
     seeds = eval_seeds(tc.eval_episodes)
     preflight(cfg, eval_env, seeds)
     with stoppable("this iteration") as stop:

@@ -16,7 +16,7 @@ import torch
 
 from sims.metaworld.proc import metaworld_python
 from sims.metaworld.tasks import INSTRUCTIONS, MT10, MT50, parse_name, tasks_of
-from sims.registry import expert_for, make_env
+from sims.registry import batch_for, expert_for, make_env, task_cycle
 from sims.vecenv import EnvError
 
 needs_mw = pytest.mark.skipif(not metaworld_python().exists(), reason=".venv-metaworld is absent (make metaworld)")
@@ -47,6 +47,16 @@ def test_names_without_a_worker():
     _one_line(lambda: make_env("metaworld:push-v3", 2, num_workers=3), "num_workers", "1..2")
     _one_line(lambda: make_env("metaworld:push-v3", 1, max_episode_steps=501), "max_episode_steps", "500")
     _one_line(lambda: make_env("metaworld:push-v3", 1, randomization={}), "env.randomization", "MetaWorld")
+
+
+def test_batches_hold_every_task():
+    """Env i of a benchmark runs task i mod n: evaluation and collection batches hold each task
+    equally often (a 64-env MT50 batch would run 14 tasks twice as often as the other 36)."""
+    assert [task_cycle(t) for t in ("metaworld:MT50@goal", "metaworld:MT10", "metaworld:MT10/push-v3",
+                                    "PushCube")] == [50, 10, 1, 1]
+    assert batch_for("metaworld:MT50", 250, 64) == 50 and batch_for("metaworld:MT50", 10, 64) == 50
+    assert batch_for("metaworld:MT10@goal", 50, 64) == 50 and batch_for("metaworld:MT10", 96, 64) == 60
+    assert batch_for("PushCube", 96, 64) == 64 and batch_for("Compose", 20, 64) == 20
 
 
 @needs_mw
@@ -177,6 +187,23 @@ def test_expert_solves_every_mt10_task():
     finally:
         env.close()
         ex.close()
+
+
+@needs_mw
+def test_balanced_demos(tmp_path):
+    """collect --balanced on MT10: each task gets episodes // 10 demos, whatever its envs and
+    episode lengths (reach's 45-step episodes would otherwise crowd out peg-insert-side's)."""
+    from collections import Counter
+
+    from embodied.data.collect import collect_demos
+    from embodied.data.layout import read_episode_rows
+
+    out = collect_demos("metaworld:MT10", 20, tmp_path / "d", num_envs=12, noise=0.3, balanced=True, progress=False)
+    assert out["episodes"] == 20
+    rows = read_episode_rows(tmp_path / "d", 20)
+    assert Counter(r["tasks"][0] for r in rows) == Counter({INSTRUCTIONS[t]: 2 for t in MT10})
+    _one_line(lambda: collect_demos("PushCube", 4, tmp_path / "p", balanced=True, progress=False), "--balanced",
+              "PushCube", "MT10")
 
 
 @needs_mw
