@@ -109,8 +109,8 @@ def collect_demos(task: str, episodes: int, out: str | Path, seed: int = 0, obs_
     bar = tqdm(total=episodes, unit="episode", dynamic_ncols=True, disable=not progress, desc=f"collect {task}")
     with stoppable("this step") as stop:
         try:
-            written, attempted = _run(env, expert, expert_reset, writer, bar, stop, episodes, B, obs, seeds,
-                                      next_seed, rng, noise, expert_speed, only_success, quota)
+            written, attempted, succeeded = _run(env, expert, expert_reset, writer, bar, stop, episodes, B, obs,
+                                                 seeds, next_seed, rng, noise, expert_speed, only_success, quota)
         finally:
             bar.close()
             env.close()
@@ -118,16 +118,16 @@ def collect_demos(task: str, episodes: int, out: str | Path, seed: int = 0, obs_
                 expert.close()
     return {"out": str(out), "task": task, "episodes": written, "attempted": attempted,
             "cameras": list(cams) if obs_mode == "rgb" else [], "noise": float(noise),
-            "expert_success_rate": written / max(attempted, 1) if only_success else None}
+            "expert_success_rate": succeeded / max(attempted, 1) if only_success else None}
 
 
 def _run(env: Any, expert: Any, expert_reset: Any, writer: EpisodeWriter, bar: Any, stop: Any, episodes: int,
          B: int, obs: dict, seeds: np.ndarray, next_seed: int, rng: np.random.Generator, noise: float,
-         expert_speed: float, only_success: bool, quota: dict | None = None) -> tuple[int, int]:
-    """collect_demos' loop: (episodes written, attempted); on a signal, Stopped after the last
+         expert_speed: float, only_success: bool, quota: dict | None = None) -> tuple[int, int, int]:
+    """collect_demos' loop: (episodes written, attempted, succeeded); on a signal, Stopped after the last
     whole episode (each one is committed to the dataset as it is written). quota: {"rows": each
     row's task, "left": episodes still wanted per task} (balanced), counted down here."""
-    written, attempted = 0, 0
+    written, attempted, succeeded = 0, 0, 0
     buffers: list[list[dict[str, torch.Tensor]]] = [[] for _ in range(B)]
     while written < episodes:
         stop.check(f"{written} of {episodes} episodes in {writer.root} (each committed as written)",
@@ -149,6 +149,7 @@ def _run(env: Any, expert: Any, expert_reset: Any, writer: EpisodeWriter, bar: A
             steps, buffers[i] = buffers[i], []
             attempted += 1
             ok = bool(res.info["success"][i])
+            succeeded += ok
             wanted = quota is None or quota["left"][quota["rows"][i]] > 0
             if written < episodes and wanted and (ok or not only_success):
                 if quota is not None:
@@ -157,7 +158,7 @@ def _run(env: Any, expert: Any, expert_reset: Any, writer: EpisodeWriter, bar: A
                 writer.add(episode, obs["instruction"][i], int(seeds[i]))
                 written += 1
                 bar.update(1)
-                bar.set_postfix(expert_success=f"{written / attempted:.2f}", refresh=False)
+                bar.set_postfix(expert_success=f"{succeeded / attempted:.2f}", refresh=False)
             # The env auto-reset from its own stream; re-seed it so every episode has a known seed.
             seeds[i] = next_seed
             next_seed += 1
@@ -168,4 +169,4 @@ def _run(env: Any, expert: Any, expert_reset: Any, writer: EpisodeWriter, bar: A
             if expert_reset is not None:
                 expert_reset(ids.numpy(), fresh["privileged"][ids].numpy())
         obs = res.obs
-    return written, attempted
+    return written, attempted, succeeded
