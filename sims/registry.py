@@ -25,13 +25,18 @@ def list_tasks() -> list[str]:
 
 
 def task_cycle(task: str) -> int:
-    """How many tasks the rows of `task` cycle through: env i of a MetaWorld benchmark runs task
-    i mod n (metaworld:MT10 10, metaworld:MT50 50), so a batch of fewer envs leaves tasks out;
-    1 for every other name. Reads names only (no simulator is imported)."""
+    """How many tasks hold fixed rows of a batch of `task`: env i of a MetaWorld benchmark runs
+    task i mod n (metaworld:MT10 10, metaworld:MT50 50), so a batch of fewer envs leaves tasks
+    out; "multi:A+B+C" splits its rows into n = 3 equal blocks (a batch is a multiple of n); 1
+    for every other name. Reads the name only; one-line EnvError for a bad one."""
     if task.startswith("metaworld:"):
         from sims.metaworld.tasks import parse_name
 
         return len(parse_name(task)[1])
+    if task.startswith("multi:"):
+        from sims.multitask import parse_multi
+
+        return len(parse_multi(task))
     return 1
 
 

@@ -18,6 +18,7 @@ demonstrator. On Reach its imitation is steadier (few-shot SFT at 0.2x speed sta
 from __future__ import annotations
 
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -80,20 +81,14 @@ def collect_demos(task: str, episodes: int, out: str | Path, seed: int = 0, obs_
     cams = _check(episodes, obs_mode, cameras, noise, task)
     if not isinstance(expert_speed, (int, float)) or not 0.0 < expert_speed <= 1.0:
         raise EnvError(f"expert_speed must be in (0, 1], got {expert_speed}")
+    n_tasks = task_cycle(task)
+    if balanced and n_tasks < 2:
+        raise EnvError(f"--balanced: {task} runs one task on every row; allowed: a benchmark whose rows hold "
+                       f"fixed tasks (metaworld:MT10, metaworld:MT50)")
     expert = expert_for(task)
     rng = np.random.default_rng(seed)
-    B = num_envs or max(min(episodes, 32), task_cycle(task))  # metaworld:MT50: 50, one env per task
+    B = num_envs or max(min(episodes, 32), n_tasks)  # metaworld:MT50: 50, one env per task
     env = make_env(task, B, obs_mode=obs_mode, image_size=(image_size, image_size), cameras=cams)
-    quota = None
-    if balanced:
-        rows = env.row_tasks
-        if rows is None:
-            env.close()
-            raise EnvError(f"--balanced: {task} does not run fixed tasks on its rows; allowed with "
-                           f"metaworld:MT10, metaworld:MT50 (or a multi: task)")
-        names = list(dict.fromkeys(rows))
-        share = {t: episodes // len(names) + (k < episodes % len(names)) for k, t in enumerate(names)}
-        quota = {"rows": list(rows), "left": share}
     spec = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(env.spec).items()}
     spec["expert_noise_std"] = float(noise)
     spec["expert_speed"] = float(expert_speed)
@@ -106,6 +101,7 @@ def collect_demos(task: str, episodes: int, out: str | Path, seed: int = 0, obs_
         expert_reset(np.arange(B), obs["privileged"].numpy())
     seeds = np.arange(next_seed, next_seed + B)
     next_seed += B
+    quota = _shares(obs["instruction"], episodes, writer.episodes) if balanced else None
     bar = tqdm(total=episodes, unit="episode", dynamic_ncols=True, disable=not progress, desc=f"collect {task}")
     with stoppable("this step") as stop:
         try:
@@ -119,6 +115,17 @@ def collect_demos(task: str, episodes: int, out: str | Path, seed: int = 0, obs_
     return {"out": str(out), "task": task, "episodes": written, "attempted": attempted,
             "cameras": list(cams) if obs_mode == "rgb" else [], "noise": float(noise),
             "expert_success_rate": succeeded / max(attempted, 1) if only_success else None}
+
+
+def _shares(row_tasks: Sequence[str], episodes: int, written: list[dict]) -> dict[str, Any]:
+    """The balanced quota: {"rows": each row's task, "left": {task: episodes still wanted}}. The
+    episodes already in the dataset (a resumed collection) count: the shares split their total
+    and `episodes` more."""
+    names = list(dict.fromkeys(row_tasks))
+    have = Counter(r["tasks"][0] for r in written if r.get("tasks"))
+    total = episodes + sum(have[t] for t in names)
+    left = {t: max(total // len(names) + (k < total % len(names)) - have[t], 0) for k, t in enumerate(names)}
+    return {"rows": list(row_tasks), "left": left}
 
 
 def _run(env: Any, expert: Any, expert_reset: Any, writer: EpisodeWriter, bar: Any, stop: Any, episodes: int,

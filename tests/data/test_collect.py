@@ -241,3 +241,14 @@ def test_expert_speed_scales_the_demonstrated_motion(tmp_path):
         with pytest.raises(EnvError, match="expert_speed must be in"):
             collect_demos("Reach", 1, tmp_path / "bad", expert_speed=bad)
     assert not (tmp_path / "bad").exists()
+
+
+def test_balanced_shares_count_what_a_resumed_collection_holds():
+    """--balanced splits the total (episodes already in --out plus the new ones) evenly; a resumed
+    collection tops up the tasks the stopped one left short (the MetaWorld run: tests/sims/test_metaworld.py)."""
+    from embodied.data.collect import _shares
+
+    q = _shares(["reach", "push", "reach", "push", "peg"], 6, [{"tasks": ["reach"]}] * 3)
+    assert q == {"rows": ["reach", "push", "reach", "push", "peg"], "left": {"reach": 0, "push": 3, "peg": 3}}
+    assert _shares(["a", "b"], 5, [])["left"] == {"a": 3, "b": 2}
+

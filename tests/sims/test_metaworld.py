@@ -51,12 +51,15 @@ def test_names_without_a_worker():
 
 def test_batches_hold_every_task():
     """Env i of a benchmark runs task i mod n: evaluation and collection batches hold each task
-    equally often (a 64-env MT50 batch would run 14 tasks twice as often as the other 36)."""
+    equally often (a 64-env MT50 batch would run 14 tasks twice as often as the other 36); a
+    multi: batch is a multiple of its number of tasks."""
     assert [task_cycle(t) for t in ("metaworld:MT50@goal", "metaworld:MT10", "metaworld:MT10/push-v3",
                                     "PushCube")] == [50, 10, 1, 1]
     assert batch_for("metaworld:MT50", 250, 64) == 50 and batch_for("metaworld:MT50", 10, 64) == 50
     assert batch_for("metaworld:MT10@goal", 50, 64) == 50 and batch_for("metaworld:MT10", 96, 64) == 60
     assert batch_for("PushCube", 96, 64) == 64 and batch_for("Compose", 20, 64) == 20
+    assert task_cycle("multi:Reach+PushCube+Compose") == 3  # three equal blocks of rows
+    assert batch_for("multi:Reach+PushCube+Compose", 50, 64) == 48
 
 
 @needs_mw
