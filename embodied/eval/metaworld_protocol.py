@@ -119,6 +119,13 @@ def write_folder(out: str | Path, task: str, episodes_per_task: int, episodes: l
     return write_report(out)
 
 
+def protocol_env(env_cfg: Any, task: str) -> Any:
+    """A checkpoint's env config (observations, cameras, image size) on one task of the protocol,
+    with MetaWorld's max path length: a training run's shorter cap (env.max_episode_steps, 150 in
+    the MT10 recipes) does not carry over."""
+    return dataclasses.replace(env_cfg, task=task, num_threads=1, max_episode_steps=MAX_PATH_LENGTH)
+
+
 def run_checkpoints(checkpoints: list[str], task: str, out: str | Path, episodes: int = 50, num_envs: int = 10,
                     log: Callable[[str], None] = print) -> Path:
     """`embodied sim2real CKPT... --task metaworld:...`: each checkpoint in its own observation
@@ -130,7 +137,7 @@ def run_checkpoints(checkpoints: list[str], task: str, out: str | Path, episodes
     cks = load_checkpoints(checkpoints, task)
 
     def maker(ck: Any) -> Callable[[str, int], Any]:
-        return lambda t, b: build_env(dataclasses.replace(ck.cfg.env, task=t, num_threads=1), b)
+        return lambda t, b: build_env(protocol_env(ck.cfg.env, t), b)
 
     return run_and_write([(ck.label, str(ck.path), ck.policy, maker(ck)) for ck in cks], task, out, episodes,
                          num_envs, log, run_episodes, write_folder)

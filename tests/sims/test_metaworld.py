@@ -62,6 +62,16 @@ def test_batches_hold_every_task():
     assert batch_for("multi:Reach+PushCube+Compose", 50, 64) == 48
 
 
+def test_protocol_runs_a_checkpoint_for_metaworlds_max_path_length():
+    """A checkpoint trained with episodes cut at 150 steps is read by the papers' protocol at 500."""
+    from embodied.config import EnvConfig
+    from embodied.eval.metaworld_protocol import protocol_env
+
+    cfg = protocol_env(EnvConfig(task="metaworld:MT10@goal", max_episode_steps=150, obs_mode="rgb"),
+                       "metaworld:MT10/push-v3@goal")
+    assert (cfg.task, cfg.max_episode_steps, cfg.obs_mode) == ("metaworld:MT10/push-v3@goal", 500, "rgb")
+
+
 @needs_mw
 def test_mt10_layout_instructions_and_staged_reward():
     env = make_env("metaworld:MT10", 10, reward_mode="staged", num_workers=2)
