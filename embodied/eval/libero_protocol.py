@@ -20,7 +20,6 @@ pooled episodes.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
@@ -28,7 +27,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from embodied.eval.suite_protocol import RUN_SIZE, mean_over_tasks, print_report_or_stop, run_and_write, run_on_tasks
+from embodied.eval.suite_protocol import (RUN_SIZE, mean_over_tasks, print_report_or_stop, protocol_env, run_and_write,
+                                          run_on_tasks)
 from sims.libero.tasks import NUM_INIT_STATES, SETTLE_STEPS, SUITES, parse_name
 from sims.vecenv import EnvError
 
@@ -145,7 +145,7 @@ def run_checkpoints(checkpoints: list[str], task: str, out: str | Path, inits: i
     cks = load_checkpoints(checkpoints, task)
 
     def maker(ck: Any) -> Callable[[str, int], Any]:
-        return lambda t, b: build_env(dataclasses.replace(ck.cfg.env, task=t, num_threads=1), b)
+        return lambda t, b: build_env(protocol_env(ck.cfg.env, t), b)
 
     return run_and_write([(ck.label, str(ck.path), ck.policy, maker(ck)) for ck in cks], task, out, inits,
                          num_envs, log, run_episodes, write_folder)

@@ -20,7 +20,6 @@ folder written from the tasks done so far.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -29,7 +28,8 @@ from typing import Any, Callable
 
 import torch
 
-from embodied.eval.suite_protocol import RUN_SIZE, mean_over_tasks, print_report_or_stop, run_and_write, run_on_tasks
+from embodied.eval.suite_protocol import (RUN_SIZE, mean_over_tasks, print_report_or_stop, protocol_env, run_and_write,
+                                          run_on_tasks)
 from sims.metaworld.tasks import MAX_PATH_LENGTH, tasks_of
 from sims.vecenv import EnvError
 
@@ -117,13 +117,6 @@ def write_folder(out: str | Path, task: str, episodes_per_task: int, episodes: l
     out.mkdir(parents=True, exist_ok=True)
     write_results(out / "results.json", protocol, {"nominal": {"kind": "nominal"}}, episodes)
     return write_report(out)
-
-
-def protocol_env(env_cfg: Any, task: str) -> Any:
-    """A checkpoint's env config (observations, cameras, image size) on one task of the protocol,
-    with MetaWorld's max path length: a training run's shorter cap (env.max_episode_steps, 150 in
-    the MT10 recipes) does not carry over."""
-    return dataclasses.replace(env_cfg, task=task, num_threads=1, max_episode_steps=MAX_PATH_LENGTH)
 
 
 def run_checkpoints(checkpoints: list[str], task: str, out: str | Path, episodes: int = 50, num_envs: int = 10,

@@ -8,6 +8,7 @@ tasks and the stop between tasks are these.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -19,6 +20,13 @@ RUN_SIZE = 10  # consecutive seeds per `run`, the unit of the IQM's stratified b
 RunEpisodes = Callable[..., tuple[list[dict], dict]]
 # (out, task, seeds per task, episodes, info, sources, num_envs, wall_s) -> report.md
 WriteFolder = Callable[..., Path]
+
+
+def protocol_env(env_cfg: Any, task: str) -> Any:
+    """A checkpoint's env config (its observations, cameras, image size) on one task of the
+    protocol, with the task's own time limit (MetaWorld's 500 steps, a LIBERO suite's): a training
+    run's shorter cap (env.max_episode_steps, 150 in the MT10 recipes) does not carry over."""
+    return dataclasses.replace(env_cfg, task=task, num_threads=1, max_episode_steps=None)
 
 
 def run_on_tasks(label: str, policy: Any, make: Callable[[str, int], Any], tasks: list[str], prefix: str,

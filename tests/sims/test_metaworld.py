@@ -62,14 +62,16 @@ def test_batches_hold_every_task():
     assert batch_for("multi:Reach+PushCube+Compose", 50, 64) == 48
 
 
-def test_protocol_runs_a_checkpoint_for_metaworlds_max_path_length():
-    """A checkpoint trained with episodes cut at 150 steps is read by the papers' protocol at 500."""
+def test_protocol_runs_a_checkpoint_for_the_tasks_own_time_limit():
+    """A checkpoint trained with episodes cut at 150 steps is read by the protocols (MetaWorld's,
+    LIBERO's) at the task's own limit: max_episode_steps null, which a MetaWorld env makes 500
+    (test_mt10_layout_instructions_and_staged_reward)."""
     from embodied.config import EnvConfig
-    from embodied.eval.metaworld_protocol import protocol_env
+    from embodied.eval.suite_protocol import protocol_env
 
     cfg = protocol_env(EnvConfig(task="metaworld:MT10@goal", max_episode_steps=150, obs_mode="rgb"),
                        "metaworld:MT10/push-v3@goal")
-    assert (cfg.task, cfg.max_episode_steps, cfg.obs_mode) == ("metaworld:MT10/push-v3@goal", 500, "rgb")
+    assert (cfg.task, cfg.max_episode_steps, cfg.obs_mode) == ("metaworld:MT10/push-v3@goal", None, "rgb")
 
 
 @needs_mw
