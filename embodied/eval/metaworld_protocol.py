@@ -153,7 +153,8 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description="MetaWorld's multi-task protocol -> a sim-to-real report folder")
     p.add_argument("source", help="'expert', or a checkpoint / run directory")
     p.add_argument("--task", required=True,
-                   help="metaworld:MT10, metaworld:MT50, metaworld:MT10/<task> or metaworld:<task>, each with an optional @goal")
+                   help="metaworld:MT10, metaworld:MT50, metaworld:MT10/<task> or metaworld:<task>, "
+                        "each with an optional @goal")
     p.add_argument("--episodes", type=int, default=50, help="seeds per task (0..N-1)")
     p.add_argument("--num-envs", type=int, default=10, help="envs per task batch")
     p.add_argument("--out", required=True, help="report folder")
