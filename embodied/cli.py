@@ -46,6 +46,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from embodied.eval.evaluate import evaluate
     from embodied.rl.loop_parts import build_env, eval_seeds, load_trained
     from policies.base import check_fits
+    from sims.registry import batch_for
 
     from embodied.run.device import resolve_device
 
@@ -53,7 +54,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     device = resolve_device(cfg.train.device)  # train.device=... among the overrides; auto by default
     policy = policy.to(device)
     episodes = args.episodes or cfg.train.eval_episodes
-    env = build_env(cfg.env, min(episodes, 64), device=device)
+    env = build_env(cfg.env, batch_for(cfg.env.task, episodes, 64), device=device)  # a multiple of the tasks
     try:
         check_fits(policy, env.spec, f"checkpoint {ckpt}")
     except Exception:

@@ -3,10 +3,13 @@ console and in the summary (sims/multitask.py, VecEnv.task_labels / row_tasks)."
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from embodied.cli import main
 from embodied.config import load_config
 from embodied.rl.episodes import GroupCollector
 from embodied.rl.train import train
@@ -66,3 +69,7 @@ def test_per_task_success_is_logged(tmp_path, capsys):
     steps, per = summary["eval_per_task"][-1]
     assert set(per) == {"Reach", "ReachColor"} and steps == summary["env_steps"]
     assert "per task: Reach" in capsys.readouterr().out
+    # `embodied eval` builds a batch that splits over the tasks (5 episodes: 4 envs, 2 per task)
+    assert main(["eval", summary["checkpoint"], "--episodes", "5"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert set(k for k in res if k.startswith("success/")) == {"success/Reach", "success/ReachColor"}
