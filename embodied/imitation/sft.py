@@ -178,10 +178,15 @@ def train_sft(policy: Any, dataset: Dataset, cfg: SFTConfig, eval_env: Any = Non
         policy.eval()
         res = evaluate(policy, eval_env, seeds)
         policy.train()
-        writer.add_scalar("eval/success_rate", res.success_rate, step)
-        writer.add_scalar("eval/episode_length", res.episode_length, step)
+        for key, value in res.as_dict().items():  # success/<task> too where the episodes ran several tasks
+            if key != "episodes":
+                writer.add_scalar(f"eval/{key}", value, step)
         summary["eval"].append((step, res.success_rate))
         log(f"step {step}: eval success {res.success_rate:.2f} over {len(seeds)} episodes")
+        per = res.per_task()
+        if len(per) > 1:
+            summary.setdefault("eval_per_task", []).append((step, per))
+            log("  per task: " + ", ".join(f"{t} {v:.2f}" for t, v in per.items()))
 
     from tqdm import tqdm
 

@@ -121,3 +121,24 @@ def test_sft_time_budget_stops_training_and_ends_the_cosine(tmp_path):
             load_sft_config(src, [bad])
     with pytest.raises(ConfigError, match="batch_size: 4096 is larger than the dataset"):
         train_sft(build_policy(cfg, ds.stats), ds, SFTConfig(batch_size=4096, run_dir=str(tmp_path)))
+
+
+def test_sft_evaluation_reports_each_task(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from embodied.imitation.sft import SFTConfig, build_policy, train_sft
+
+    task = "multi:Reach+ReachColor"
+    ds = build_expert_demos(task, episodes=2, chunk_size=4, num_envs=2, image_size=32)
+    cfg = SFTConfig(task=task, steps=2, warmup_steps=1, eval_every=2, eval_episodes=2, save_every=0, image_size=32,
+                    batch_size=4, run_dir=str(tmp_path))
+    env = make_env(task, 2, obs_mode="rgb", image_size=(32, 32), cameras=("front",), max_episode_steps=5)
+    lines: list[str] = []
+    try:
+        summary = train_sft(build_policy(cfg, ds.stats), ds, cfg, env, log=lines.append)
+    finally:
+        env.close()
+    assert [(step, set(per)) for step, per in summary["eval_per_task"]] == [(2, {"Reach", "ReachColor"})]
+    assert any(line.startswith("  per task: Reach") for line in lines)
+    tags = EventAccumulator(str(tmp_path / "tb")).Reload().Tags()["scalars"]
+    assert {"eval/success_rate", "eval/success/Reach", "eval/success/ReachColor"} <= set(tags)
