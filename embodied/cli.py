@@ -282,7 +282,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from embodied.run import stop
 
-    args = parser().parse_args(argv)
+    p = parser()
+    args, extra = p.parse_known_args(argv)
+    stray = [a for a in extra if a.startswith("-") or "=" not in a or not hasattr(args, "overrides")]
+    if stray:
+        p.error(f"unrecognized arguments: {' '.join(stray)}")
+    if extra:  # key=value after an option (`eval CKPT --episodes 10 env.task=X`): argparse leaves them over
+        args.overrides += extra
     stop.ARGV = list(sys.argv[1:] if argv is None else argv)
     if getattr(args, "config", None) and "=" in args.config:  # `train --resume X key=value`
         args.overrides.insert(0, args.config)

@@ -70,6 +70,8 @@ def test_per_task_success_is_logged(tmp_path, capsys):
     assert set(per) == {"Reach", "ReachColor"} and steps == summary["env_steps"]
     assert "per task: Reach" in capsys.readouterr().out
     # `embodied eval` builds a batch that splits over the tasks (5 episodes: 4 envs, 2 per task)
-    assert main(["eval", summary["checkpoint"], "--episodes", "5"]) == 0
+    # and takes key=value overrides after an option too
+    assert main(["eval", summary["checkpoint"], "--episodes", "5", "env.max_episode_steps=3"]) == 0
     res = json.loads(capsys.readouterr().out)
+    assert res["episode_length"] <= 3
     assert set(k for k in res if k.startswith("success/")) == {"success/Reach", "success/ReachColor"}
