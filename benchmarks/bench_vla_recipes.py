@@ -99,7 +99,7 @@ def run_seed(recipes: list[str], seed: int, out: Path, demos: int, noise: float,
             elif stage == "rl":
                 sys.exit(f"--stage rl: no SFT checkpoint at {final}; run --stage sft with the same --out first")
             else:
-                dataset = LeRobotDataset(sft.dataset, chunk_size=sft.chunk_size)
+                dataset = LeRobotDataset(sft.dataset, chunk_size=sft.chunk_size, cameras=sft.cameras)
                 torch.manual_seed(seed)
                 sft_dirs[sft_name] = train_sft(build_policy(sft, dataset.stats), dataset, sft, None,
                                                log=lambda _: None)["final"]

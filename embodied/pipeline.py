@@ -109,7 +109,7 @@ def run_pipeline(run_dir: Path, collect: CollectStage, sft_cfg: Any, rl_cfg: Any
     else:
         print(f"[1/3] reusing the dataset in {data}", flush=True)
     print(f"[2/3] SFT of a {sft_cfg.preset} {sft_cfg.policy} for {sft_cfg.steps} steps", flush=True)
-    dataset = LeRobotDataset(data, chunk_size=sft_cfg.chunk_size)
+    dataset = LeRobotDataset(data, chunk_size=sft_cfg.chunk_size, cameras=sft_cfg.cameras)
     sft_cfg.eval_every = 0
     torch.manual_seed(sft_cfg.seed)  # seeds the initial weights too
     sft_summary = train_sft(build_policy(sft_cfg, dataset.stats), dataset, sft_cfg, None,

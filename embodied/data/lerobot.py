@@ -1,7 +1,8 @@
 """A torch Dataset over a LeRobot v3 dataset, with windows of the next K actions.
 
 Item i is frame i of the concatenated episodes:
-  "rgb_<cam>"     uint8   [H, W, 3]   for each camera in the dataset
+  "rgb_<cam>"     uint8   [H, W, 3]   for each camera in the dataset, or in `cameras` where
+                                      given (the others are not decoded)
   "state"         float32 [S]         observation.state
   "privileged"    float32 [P]         observation.environment_state (if recorded)
   "instruction"   str                 the frame's task text (LeRobot's "task")
@@ -26,14 +27,15 @@ from embodied.data.dataset import DatasetError, read_episodes, read_meta
 
 
 class LeRobotDataset(Dataset):
-    def __init__(self, root: str | Path, chunk_size: int = 1, episodes: list[int] | None = None):
+    def __init__(self, root: str | Path, chunk_size: int = 1, episodes: list[int] | None = None,
+                 cameras: list[str] | None = None):
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
         self.root, self.chunk_size = Path(root), chunk_size
         self.info = read_meta(self.root)
         if episodes is not None and not episodes:
             raise ValueError(f"episodes: an empty selection of {self.root}'s episodes")
-        eps = list(read_episodes(self.root, episodes))
+        eps = list(read_episodes(self.root, episodes, cameras))
         for name, key in (("observation.state", "obs.state"), ("action", "action")):
             if key not in eps[0]:
                 raise DatasetError(f"{self.root}: no {name!r} feature (features: {', '.join(self.info['features'])})")

@@ -85,12 +85,20 @@ def decode_frames(path: Path, times: np.ndarray) -> np.ndarray:
     return np.stack(frames)
 
 
-def read_episodes(root: str | Path, episodes: list[int] | None = None) -> Iterator[dict[str, Any]]:
+def recorded_cameras(info: dict[str, Any]) -> list[str]:
+    """The cameras whose videos a dataset holds (observation.images.<cam>), in info.json's order."""
+    return [k[len(VIDEO_PREFIX):] for k, f in info["features"].items()
+            if f.get("dtype") == "video" and k.startswith(VIDEO_PREFIX)]
+
+
+def read_episodes(root: str | Path, episodes: list[int] | None = None,
+                  cameras: list[str] | None = None) -> Iterator[dict[str, Any]]:
     """Yield each committed episode (or those in `episodes`, in index order) as tensors [L, ...]:
     "obs.<key>" (observation.<key>; obs.privileged for observation.environment_state),
-    "obs.rgb_<cam>" uint8 [L, H, W, 3], "action", "reward", "success" where present, plus
-    "frame_tasks" (each frame's task text, through task_index), "instruction" (the first
-    frame's) and "seed" (None if not recorded)."""
+    "obs.rgb_<cam>" uint8 [L, H, W, 3] (of `cameras` only where given; the others are not
+    decoded), "action", "reward", "success" where present, plus "frame_tasks" (each frame's
+    task text, through task_index), "instruction" (the first frame's) and "seed" (None if not
+    recorded)."""
     root = Path(root)
     meta = read_meta(root)
     total = meta["total_episodes"]
@@ -105,6 +113,12 @@ def read_episodes(root: str | Path, episodes: list[int] | None = None) -> Iterat
         raise DatasetError(f"{root}: feature {unsupported[0]!r} has dtype 'image' (PNG in parquet); "
                            "this reader takes video features only")
     videos = [k for k, f in features.items() if f.get("dtype") == "video"]
+    if cameras is not None:
+        held = recorded_cameras(meta)
+        missing = [c for c in cameras if c not in held]
+        if missing:
+            raise DatasetError(f"{root}: no camera {missing[0]!r}; it records {', '.join(held) or 'no cameras'}")
+        videos = [VIDEO_PREFIX + c for c in cameras]
     tasks = read_tasks(root)
     loaded: tuple[Path, pa.Table] | None = None  # the last data file read (episodes come in file order)
     for row in meta["episodes"]:

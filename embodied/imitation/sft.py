@@ -256,15 +256,18 @@ def _fit(policy: Any, loader: DataLoader, cfg: SFTConfig, opt: Any, sched: Any, 
     return step, samples
 
 
-def check_dataset(cfg: SFTConfig, dataset: Any) -> None:
-    """ConfigError (one line) unless the dataset holds cfg.task's demos with cfg.cameras' images."""
-    have = (dataset.info.get("embodied") or {}).get("task")
+def check_dataset(cfg: SFTConfig, info: dict[str, Any]) -> None:
+    """ConfigError (one line) unless the dataset (its meta: embodied.data.read.read_meta) holds
+    cfg.task's demos with cfg.cameras' images."""
+    from embodied.data.read import recorded_cameras
+
+    have = (info.get("embodied") or {}).get("task")
     if have and have != cfg.task:
         raise ConfigError(f"task: {cfg.task}, but {cfg.dataset} holds demos of {have}; allowed: task={have} "
                           f"(the dataset's), or a dataset of {cfg.task}")
-    missing = [c for c in cfg.cameras if c not in dataset.cameras]
+    missing = [c for c in cfg.cameras if c not in recorded_cameras(info)]
     if missing:
-        held = ", ".join(dataset.cameras) or "none (a state-only dataset; collect one with --obs-mode rgb --cameras ...)"
+        held = ", ".join(recorded_cameras(info)) or "none (a state-only dataset; collect one with --obs-mode rgb --cameras ...)"
         raise ConfigError(f"cameras: {', '.join(cfg.cameras)}, but {cfg.dataset} records the cameras {held}; "
                           f"allowed: cameras from the dataset's")
 
@@ -272,6 +275,7 @@ def check_dataset(cfg: SFTConfig, dataset: Any) -> None:
 def cmd_sft(args: argparse.Namespace) -> int:
     """`embodied sft CONFIG [key=value ...]`: SFT on a LeRobot dataset, evaluated in the sim."""
     from embodied.data.lerobot import LeRobotDataset  # written alongside; the LeRobot v3 reader
+    from embodied.data.read import read_meta
     from sims.registry import make_env
 
     from embodied.config_loader import find_config
@@ -280,8 +284,8 @@ def cmd_sft(args: argparse.Namespace) -> int:
     cfg = load_sft_config(find_config(args.config), args.overrides)
     if not cfg.dataset:
         raise ConfigError("dataset: set the LeRobot dataset root, e.g. dataset=data/reach")
-    dataset = LeRobotDataset(cfg.dataset, chunk_size=cfg.chunk_size)
-    check_dataset(cfg, dataset)
+    check_dataset(cfg, read_meta(cfg.dataset))
+    dataset = LeRobotDataset(cfg.dataset, chunk_size=cfg.chunk_size, cameras=cfg.cameras)  # only the cameras used
     torch.manual_seed(cfg.seed)  # seeds the initial weights too
     policy = build_policy(cfg, dataset.stats)
     trained_on = (getattr(policy, "record", None) or {}).get("task") if cfg.init_from else None

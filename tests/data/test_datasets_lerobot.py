@@ -151,6 +151,11 @@ def test_reads_lerobot_written_dataset(tmp_path):
     assert [ds[i]["instruction"] for i in range(len(ds))] == [TASKS[1]] * 3 + [TASKS[0]] * 5
     with pytest.raises(ValueError, match=r"episodes: 7 is not an episode index \(allowed 0..4\)"):
         LeRobotDataset(tmp_path / "ds", episodes=[7])
+    # cameras: only those are decoded; one the dataset lacks is named
+    ds = LeRobotDataset(tmp_path / "ds", episodes=[4], cameras=[])
+    assert ds.cameras == [] and not any(k.startswith("rgb_") for k in ds[0])
+    with pytest.raises(DatasetError, match="no camera 'wrist'; it records front"):
+        LeRobotDataset(tmp_path / "ds", episodes=[4], cameras=["wrist"])
 
 
 def test_lerobot_layout_errors_name_the_file(tmp_path):
