@@ -28,6 +28,7 @@ import torch
 from tqdm import tqdm
 
 from embodied.data.dataset import EpisodeWriter
+from embodied.data.layout import DatasetError, read_episode_rows, read_info
 from embodied.run.stop import stoppable
 from sims.registry import expert_for, make_env, task_cycle
 from sims.vecenv import EnvError
@@ -81,6 +82,7 @@ def collect_demos(task: str, episodes: int, out: str | Path, seed: int = 0, obs_
     cams = _check(episodes, obs_mode, cameras, noise, task)
     if not isinstance(expert_speed, (int, float)) or not 0.0 < expert_speed <= 1.0:
         raise EnvError(f"expert_speed must be in (0, 1], got {expert_speed}")
+    _check_seed(out, seed)
     n_tasks = task_cycle(task)
     if balanced and n_tasks < 2:
         raise EnvError(f"--balanced: {task} runs one task on every row; allowed: a benchmark whose rows hold "
@@ -115,6 +117,18 @@ def collect_demos(task: str, episodes: int, out: str | Path, seed: int = 0, obs_
     return {"out": str(out), "task": task, "episodes": written, "attempted": attempted,
             "cameras": list(cams) if obs_mode == "rgb" else [], "noise": float(noise),
             "expert_success_rate": succeeded / max(attempted, 1) if only_success else None}
+
+
+def _check_seed(out: str | Path, seed: int) -> None:
+    """DatasetError (one line) unless `seed` starts past every seed of the episodes `out` already
+    holds: a collection appended from the same seeds would replay those episodes (the same
+    layouts and, seeded by the same `seed`, the same DART noise)."""
+    if not (Path(out) / "meta" / "info.json").is_file():
+        return
+    held = [r["seed"] for r in read_episode_rows(Path(out), read_info(out)["total_episodes"]) if r.get("seed", -1) >= 0]
+    if held and max(held) >= seed:
+        raise DatasetError(f"--seed: {seed}, but {out} already holds episodes of seeds up to {max(held)}, which "
+                           f"the same seeds would repeat; allowed: --seed {max(held) + 1} or more to add to it")
 
 
 def _shares(row_tasks: Sequence[str], episodes: int, written: list[dict]) -> dict[str, Any]:
