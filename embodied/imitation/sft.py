@@ -265,9 +265,9 @@ def check_dataset(cfg: SFTConfig, info: dict[str, Any]) -> None:
     if have and have != cfg.task:
         raise ConfigError(f"task: {cfg.task}, but {cfg.dataset} holds demos of {have}; allowed: task={have} "
                           f"(the dataset's), or a dataset of {cfg.task}")
-    missing = [c for c in cfg.cameras if c not in recorded_cameras(info)]
-    if missing:
-        held = ", ".join(recorded_cameras(info)) or "none (a state-only dataset; collect one with --obs-mode rgb --cameras ...)"
+    recorded = recorded_cameras(info)
+    if any(c not in recorded for c in cfg.cameras):
+        held = ", ".join(recorded) or "none (a state-only dataset; collect one with --obs-mode rgb --cameras ...)"
         raise ConfigError(f"cameras: {', '.join(cfg.cameras)}, but {cfg.dataset} records the cameras {held}; "
                           f"allowed: cameras from the dataset's")
 

@@ -33,9 +33,10 @@ def test_collect_and_read_back(tmp_path):
         assert ep["success"][-1] and ep["instruction"].startswith("push the")
         assert ep["action"].abs().max() <= 1.0
     # adding to it: from the same seeds it would repeat its episodes, so only past them
-    with pytest.raises(DatasetError, match=rf"--seed: 3, but .* seeds up to {max(seeds)}, .* --seed {max(seeds) + 1} or more"):
+    last = max(seeds)
+    with pytest.raises(DatasetError, match=rf"--seed: 3, but .* seeds up to {last}, .* --seed {last + 1} or more"):
         collect_demos("PushCube", 2, tmp_path / "d", seed=3, num_envs=2)
-    collect_demos("PushCube", 2, tmp_path / "d", seed=max(seeds) + 1, num_envs=2)
+    collect_demos("PushCube", 2, tmp_path / "d", seed=last + 1, num_envs=2)
     assert len(set(e["seed"] for e in read_meta(tmp_path / "d")["episodes"])) == 8
 
 
