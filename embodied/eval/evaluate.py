@@ -32,6 +32,11 @@ class EvalResult:
             out.setdefault(t, []).append(s)
         return {t: sum(v) / len(v) for t, v in out.items()}
 
+    def per_task_line(self) -> str:
+        """"  per task: A 0.88, B 0.50" for the console, "" when the episodes ran one task."""
+        per = self.per_task()
+        return "  per task: " + ", ".join(f"{t} {v:.2f}" for t, v in per.items()) if len(per) > 1 else ""
+
     def as_dict(self) -> dict[str, float]:
         """The means, and "success/<task>" for each task when the episodes ran more than one."""
         out = {"success_rate": self.success_rate, "episode_return": self.episode_return,

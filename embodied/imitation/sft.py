@@ -186,7 +186,7 @@ def train_sft(policy: Any, dataset: Dataset, cfg: SFTConfig, eval_env: Any = Non
         per = res.per_task()
         if len(per) > 1:
             summary.setdefault("eval_per_task", []).append((step, per))
-            log("  per task: " + ", ".join(f"{t} {v:.2f}" for t, v in per.items()))
+            log(res.per_task_line())
 
     from tqdm import tqdm
 
@@ -257,7 +257,7 @@ def _fit(policy: Any, loader: DataLoader, cfg: SFTConfig, opt: Any, sched: Any, 
 
 
 def check_dataset(cfg: SFTConfig, info: dict[str, Any]) -> None:
-    """ConfigError (one line) unless the dataset (its meta: embodied.data.read.read_meta) holds
+    """ConfigError (one line) unless the dataset (its info.json: embodied.data.layout.read_info) holds
     cfg.task's demos with cfg.cameras' images."""
     from embodied.data.read import recorded_cameras
 
@@ -275,7 +275,7 @@ def check_dataset(cfg: SFTConfig, info: dict[str, Any]) -> None:
 def cmd_sft(args: argparse.Namespace) -> int:
     """`embodied sft CONFIG [key=value ...]`: SFT on a LeRobot dataset, evaluated in the sim."""
     from embodied.data.lerobot import LeRobotDataset  # written alongside; the LeRobot v3 reader
-    from embodied.data.read import read_meta
+    from embodied.data.layout import read_info
     from sims.registry import make_env
 
     from embodied.config_loader import find_config
@@ -284,7 +284,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
     cfg = load_sft_config(find_config(args.config), args.overrides)
     if not cfg.dataset:
         raise ConfigError("dataset: set the LeRobot dataset root, e.g. dataset=data/reach")
-    check_dataset(cfg, read_meta(cfg.dataset))
+    check_dataset(cfg, read_info(cfg.dataset))  # before any episode is read
     dataset = LeRobotDataset(cfg.dataset, chunk_size=cfg.chunk_size, cameras=cfg.cameras)  # only the cameras used
     torch.manual_seed(cfg.seed)  # seeds the initial weights too
     policy = build_policy(cfg, dataset.stats)

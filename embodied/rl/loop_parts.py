@@ -65,7 +65,7 @@ def end_iteration(cfg: ExperimentConfig, it: int, env_steps: int, policy: Any, e
         logger.print(f"iter {it} step {env_steps}: eval success {result.success_rate:.2f}")
         per = result.per_task()
         if len(per) > 1:  # a multi-task run: each task's success on the console too
-            logger.print("  per task: " + ", ".join(f"{t} {v:.2f}" for t, v in per.items()))
+            logger.print(result.per_task_line())
             summary.setdefault("eval_per_task", []).append((env_steps, per))
     if (tc.save_every and it % tc.save_every == 0) or last:
         save_iteration(cfg, it, env_steps, policy, summary, state, result)
