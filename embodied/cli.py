@@ -174,7 +174,8 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
     t.set_defaults(fn=cmd_train)
     e = sub.add_parser("eval", help="evaluate a checkpoint on fixed seeds")
-    e.add_argument("checkpoint", help="checkpoint, checkpoints/ or run directory")
+    e.add_argument("checkpoint", help="checkpoint, checkpoints/ or run directory of `embodied train`, or "
+                   "`embodied sft`'s final or run directory")
     e.add_argument("overrides", nargs="*", help="e.g. env.task=PushCube")
     e.add_argument("--episodes", type=int, default=0)
     e.add_argument("--video", help="write an mp4 of the first episodes here")
@@ -221,7 +222,9 @@ def parser() -> argparse.ArgumentParser:
     rp.set_defaults(fn=cmd_report)
     s2r = sub.add_parser("sim2real", help="evaluate checkpoints in simulation, under sweeps and on the robot/twin; "
                                           "write results.json and a report (docs/sim2real.md)")
-    s2r.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT", help="checkpoint, checkpoints/ or run directory")
+    s2r.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT",
+                     help="checkpoint, checkpoints/ or run directory of `embodied train`, or `embodied sft`'s final "
+                          "or run directory")
     s2r.add_argument("--task", required=True, help="task the checkpoints were trained on, e.g. PushCube")
     s2r_robot = s2r.add_mutually_exclusive_group()
     s2r_robot.add_argument("--twin", metavar="PRESET", help="the robot is the twin with this reality preset, over DDS")

@@ -18,7 +18,8 @@ from launch.substitutions import EnvironmentVariable, LaunchConfiguration
 def generate_launch_description() -> LaunchDescription:
     here = os.path.dirname(os.path.abspath(__file__))
     args = [
-        DeclareLaunchArgument("checkpoint", description="checkpoint, checkpoints/ or run directory"),
+        DeclareLaunchArgument("checkpoint", description="checkpoint, checkpoints/ or run directory of embodied "
+                                                        "train, or embodied sft's final"),
         DeclareLaunchArgument("episodes", default_value="10", description="episodes (0: until stopped)"),
         DeclareLaunchArgument("rate", default_value="20.0", description="control rate (Hz)"),
         DeclareLaunchArgument("namespace", default_value=""),

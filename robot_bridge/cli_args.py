@@ -25,7 +25,8 @@ def robot_sim_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def serve_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("checkpoint", help="checkpoint, checkpoints/ or run directory")
+    p.add_argument("checkpoint", help="checkpoint, checkpoints/ or run directory of `embodied train`, or "
+                   "`embodied sft`'s final or run directory")
     p.add_argument("--episodes", type=int, default=10, help="episodes to run (0: until interrupted)")
     p.add_argument("--rate", type=float, default=20.0, help="control rate in Hz")
     p.add_argument("--domain-id", type=int, default=None, help="ROS 2 domain (default $ROS_DOMAIN_ID or 0)")

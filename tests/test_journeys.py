@@ -37,6 +37,7 @@ SMALL = {
     "eval runs/quickstart": ({"--episodes": "2"}, []),
     "serve runs/quickstart": ({}, ["--episodes", "1"]),
     "sim2real runs/quickstart": ({}, ["--trials", "2", "--num-envs", "2", "--no-videos"]),
+    "sim2real runs/sft_reach_flow": ({}, ["--trials", "2", "--num-envs", "2", "--no-videos"]),
     "finetune-robot finetune_reach": ({}, ["actor.episodes=2", "actor.eval_every=0", "init.bc_steps=20",
                                            "learner.warmup_transitions=20", "learner.critic_warmup_updates=5"]),
 }

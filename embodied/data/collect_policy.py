@@ -29,19 +29,18 @@ def collect_policy_rollouts(checkpoint: str | Path, episodes: int, out: str | Pa
                             seed: int = 0, deterministic: bool = False, num_envs: int = 0,
                             obs_mode: str | None = None, image_size: int | None = None,
                             cameras: Sequence[str] | None = None) -> dict[str, Any]:
-    """Play `checkpoint` (a checkpoint, checkpoints/ or run directory of `embodied train`) until
-    `episodes` episodes are written to `out`. The env is the checkpoint's (env section of its
-    config), on `task` if given; obs_mode / image_size / cameras override it (e.g. record
+    """Play `checkpoint` (a checkpoint, checkpoints/ or run directory of `embodied train`, or a
+    policy directory such as `embodied sft`'s final) until `episodes` episodes are written to
+    `out`. The env is the checkpoint's (env section of its config; embodied.rl.loop_parts.load_trained),
+    on `task` if given; obs_mode / image_size / cameras override it (e.g. record
     images while a state policy acts). Env k of batch j starts from seed + j * num_envs + k.
     Actions are sampled from the policy unless `deterministic`."""
-    from embodied.run.checkpoint import resolve_checkpoint
-    from embodied.rl.loop_parts import build_env, config_from_checkpoint
-    from policies.base import Policy, check_fits
+    from embodied.rl.loop_parts import build_env, load_trained
+    from policies.base import check_fits
 
     if not isinstance(episodes, int) or episodes <= 0:
         raise EnvError(f"--episodes must be a positive integer, got {episodes}")
-    ckpt = resolve_checkpoint(checkpoint)
-    cfg = config_from_checkpoint(ckpt)
+    ckpt, cfg, policy = load_trained(checkpoint)
     env_cfg = cfg.env
     env_cfg.task = task or env_cfg.task
     if obs_mode is not None:
@@ -50,19 +49,16 @@ def collect_policy_rollouts(checkpoint: str | Path, episodes: int, out: str | Pa
         env_cfg.image_size = image_size
     if cameras is not None:
         env_cfg.cameras = list(cameras)
-    policy = Policy.from_pretrained(ckpt / "policy")
-    policy.eval()
     B = num_envs or min(episodes, 32)
     env = build_env(env_cfg, B)
-    if not policy.record:
-        policy.record = {"task": config_from_checkpoint(ckpt).env.task}
     try:
         check_fits(policy, env.spec, f"--policy {ckpt}")
     except Exception:
         env.close()
         raise
     spec = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(env.spec).items()}
-    spec["recorded_policy"] = {"checkpoint": ckpt.name, "run": ckpt.parent.parent.name,
+    run = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
+    spec["recorded_policy"] = {"checkpoint": ckpt.name, "run": run.name,
                                "deterministic": bool(deterministic)}
     writer = EpisodeWriter(out, env_cfg.task, spec)
     seeds = np.arange(seed, seed + B)

@@ -50,16 +50,12 @@ def serve(checkpoint: str | Path, episodes: int = 10, namespace: str = "", contr
           transport: str = "auto", domain_id: int | None = None, record: str | Path | None = None,
           deterministic: bool = True, device: str = "auto") -> dict[str, Any]:
     """Run `episodes` episodes (0: until interrupted) of the checkpoint's policy on the robot."""
-    from embodied.run.checkpoint import resolve_checkpoint
-    from embodied.rl.loop_parts import config_from_checkpoint, eval_seeds
+    from embodied.rl.loop_parts import eval_seeds, load_trained
     from embodied.run.device import policy_act, resolve_device
-    from policies.base import Policy
 
     dev = resolve_device(device, "--device")  # before anything reaches the robot
-    ckpt = resolve_checkpoint(checkpoint)
-    cfg = config_from_checkpoint(ckpt)
-    policy = Policy.from_pretrained(ckpt / "policy").to(dev)
-    policy.eval()
+    ckpt, cfg, policy = load_trained(checkpoint)
+    policy = policy.to(dev)
     tr = make_transport(transport, domain_id, "policy_node")
     rcfg = robot_config_for(cfg, namespace, control_hz, transport, domain_id)
     env: Any = RobotEnv(rcfg, transport=tr)

@@ -20,24 +20,21 @@ class Checkpoint:
 
 
 def load_checkpoints(paths: list[str], task: str, device: str = "auto") -> list[Checkpoint]:
-    """The checkpoints' policies on `device` (auto, cpu, cuda, cuda:N; embodied/run/device.py)."""
-    from embodied.run.checkpoint import resolve_checkpoint
+    """The checkpoints' policies on `device` (auto, cpu, cuda, cuda:N; embodied/run/device.py): checkpoints
+    of `embodied train` or policy directories (`embodied sft`'s final; embodied.rl.loop_parts.load_trained)."""
     from embodied.run.device import resolve_device
-    from embodied.rl.loop_parts import config_from_checkpoint
-    from policies.base import Policy
+    from embodied.rl.loop_parts import load_trained
 
     out = []
     for p in paths:
-        ckpt = resolve_checkpoint(p)
-        cfg = config_from_checkpoint(ckpt)
-        label = f"{ckpt.parent.parent.name}/{ckpt.name}" if ckpt.parent.name == "checkpoints" else ckpt.name
+        ckpt, cfg, policy = load_trained(p)
+        label = f"{ckpt.parent.parent.name}/{ckpt.name}" if ckpt.parent.name == "checkpoints" else \
+            f"{ckpt.parent.name}/{ckpt.name}"
         if cfg.env.task != task:
             raise Sim2RealError(f"--task: {task!r} does not match checkpoint {label}'s task {cfg.env.task!r}")
         if any(c.label == label for c in out):
             raise Sim2RealError(f"CHECKPOINT: {label} is given twice")
-        policy = Policy.from_pretrained(ckpt / "policy").to(resolve_device(device, "--device"))
-        policy.eval()
-        out.append(Checkpoint(label, ckpt, cfg, policy))
+        out.append(Checkpoint(label, ckpt, cfg, policy.to(resolve_device(device, "--device"))))
     return out
 
 

@@ -4,12 +4,13 @@ evaluation seeds, a checkpoint's config, and the end of an iteration (evaluate, 
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 from typing import Any, Callable
 
-from embodied.config import EnvConfig, ExperimentConfig, config_from_dict, to_dict
+from embodied.config import EnvConfig, ExperimentConfig, PolicyConfig, config_from_dict, to_dict
 from embodied.eval.evaluate import EvalResult, evaluate
-from embodied.run.checkpoint import load_checkpoint, save_checkpoint
+from embodied.run.checkpoint import CheckpointError, load_checkpoint, policy_dir, resolve_checkpoint, save_checkpoint
 from embodied.run.logger import Logger
 from sims.registry import make_env
 from sims.vecenv import VecEnv
@@ -112,13 +113,25 @@ def preflight(cfg: ExperimentConfig, eval_env: VecEnv, seeds: list[int]) -> None
 
 
 def load_trained(path: str | Path, overrides: list[str] = ()) -> tuple[Path, ExperimentConfig, Any]:
-    """(checkpoint dir, its config with overrides, its policy in eval mode) of a checkpoint, a
-    checkpoints/ folder or a run directory. The policy's record (what it was trained on) falls
-    back to the config's task for checkpoints written before records existed."""
-    from embodied.run.checkpoint import resolve_checkpoint
+    """(checkpoint dir, its config with overrides, its policy in eval mode) of what `embodied eval`,
+    `serve`, `sim2real` and `collect --policy` replay: a checkpoint, a checkpoints/ folder or a run
+    directory of `embodied train`, or a policy directory (`embodied sft`'s final or its run
+    directory, a checkpoint's policy/), whose config is `policy_config`'s. The policy's record
+    (what it was trained on) falls back to the config's task for checkpoints written before
+    records existed."""
     from policies.base import Policy
 
-    ckpt = resolve_checkpoint(path)
+    try:
+        ckpt = resolve_checkpoint(path)
+    except CheckpointError:
+        bare = policy_dir(path)
+        if bare is None:
+            raise CheckpointError(f"checkpoint not found: {path} (expected a checkpoint, checkpoints/, checkpoints/latest "
+                                  "or run directory of `embodied train`, or a policy directory: `embodied sft`'s "
+                                  "final)") from None
+        policy = Policy.from_pretrained(bare)
+        policy.eval()
+        return bare, policy_config(bare, policy, overrides), policy
     _, meta, _ = load_checkpoint(ckpt)
     cfg = config_from_dict(meta["config"], overrides)
     policy = Policy.from_pretrained(ckpt / "policy")
@@ -126,6 +139,29 @@ def load_trained(path: str | Path, overrides: list[str] = ()) -> tuple[Path, Exp
     if not policy.record:
         policy.record = {"task": meta["config"]["env"]["task"]}
     return ckpt, cfg, policy
+
+
+def policy_config(path: Path, policy: Any, overrides: list[str] = ()) -> ExperimentConfig:
+    """The config under which a bare policy directory is replayed: the defaults, with the env its
+    record names (task, observation mode, the cameras of its rgb_<camera> keys, else a VLA's
+    configured cameras) and the image size of its vision tower, then `overrides`; the task's own time limit, as `embodied sft`
+    evaluates. CheckpointError (one line) if it records no task and no env.task= is given."""
+    rec = policy.record or {}
+    if not rec.get("task") and not any(o.strip().startswith("env.task=") for o in overrides):
+        raise CheckpointError(f"{path / 'config.json'}: records no task the policy was trained on; allowed: "
+                              "env.task=TASK after the path")
+    env: dict[str, Any] = {k: rec[k] for k in ("task", "obs_mode") if rec.get(k)}
+    cams = [k[len("rgb_"):] for k in rec.get("obs_keys") or [] if k.startswith("rgb_")]
+    cams = cams or list(getattr(policy.config, "cameras", None) or [])  # a VLA's own cameras
+    if cams:
+        env["cameras"] = cams
+        env.setdefault("obs_mode", "rgb")
+    vision = getattr(policy.config, "vision", None)
+    if isinstance(vision, dict) and vision.get("image_size"):
+        env["image_size"] = int(vision["image_size"])
+    named = policy.name in typing.get_args(typing.get_type_hints(PolicyConfig)["name"])
+    raw = {"env": env, "policy": {"name": policy.name, "init_from": str(path)} if named else {}}
+    return config_from_dict(raw, overrides)
 
 
 def resume_config(path: str | Path, overrides: list[str] = ()) -> tuple[ExperimentConfig, Path]:

@@ -113,6 +113,17 @@ def resolve_checkpoint(path: str | Path) -> Path:
                           f"(expected a checkpoint, checkpoints/, checkpoints/latest or run directory)")
 
 
+def policy_dir(path: str | Path) -> Path | None:
+    """The policy directory `path` names (save_pretrained's config.json and model.safetensors,
+    no trainer state): `path` itself (`embodied sft`'s final, a checkpoint's policy/) or the
+    `final` of an `embodied sft` run directory; None if it names none."""
+    path = Path(path)
+    for d in (path, path / "final"):
+        if (d / "config.json").is_file() and (d / "model.safetensors").is_file() and not (d / "meta.json").exists():
+            return d
+    return None
+
+
 def load_checkpoint(path: str | Path) -> tuple[Path, dict[str, Any], dict[str, Any]]:
     """Return (checkpoint dir, meta without trainer state, trainer state)."""
     ckpt = resolve_checkpoint(path)

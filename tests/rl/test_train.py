@@ -135,3 +135,29 @@ def test_sampling_evaluation_repeats_and_leaves_the_callers_stream():
     env.close()
     assert c.episode_return != a.episode_return and d.episode_return != a.episode_return
     assert load_config(None, ["train.eval_deterministic=false"]).train.eval_deterministic is False
+
+
+def test_eval_takes_an_sft_policy_directory(tmp_path, capsys):
+    """`embodied sft`'s final (or its run directory) evaluates on the env its record names (task,
+    cameras, image size); without a recorded task the one line asks for env.task=."""
+    import json
+
+    from policies.vla.config import FlowVLAConfig, make_config
+    from policies.vla.flow import FlowVLA
+
+    p = FlowVLA(make_config(FlowVLAConfig, "tiny", chunk_size=2, cameras=["wrist"], state_dim=9, action_dim=4))
+    p.record = {"task": "Reach", "obs_mode": "rgb", "obs_keys": ["state", "rgb_wrist"], "action_dim": 4}
+    p.save_pretrained(tmp_path / "sft" / "final")
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "sft"), "--episodes", "2", "env.max_episode_steps=3"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["task"] == "Reach" and report["episodes"] == 2.0 and report["episode_length"] == 3.0
+    assert report["checkpoint"] == str(tmp_path / "sft" / "final")
+
+    p.record = {}
+    p.save_pretrained(tmp_path / "bare")
+    assert main(["eval", str(tmp_path / "bare"), "--episodes", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "records no task" in err and "env.task=" in err and len(err.splitlines()) == 1, err
+    assert main(["eval", str(tmp_path / "bare"), "--episodes", "2", "env.task=Reach", "env.max_episode_steps=3"]) == 0
+    assert json.loads(capsys.readouterr().out)["task"] == "Reach"
