@@ -61,7 +61,7 @@ from multiprocessing import shared_memory
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # for sims/frames.py (standard library only)
-from sims.frames import read_frame, write_frame  # noqa: E402
+from sims.frames import leave_stop_to_parent, read_frame, write_frame  # noqa: E402
 
 CAMERAS = ("agentview", "robot0_eye_in_hand")  # LIBERO's two cameras
 NOOP = np.array([0, 0, 0, 0, 0, 0, -1], dtype=np.float64)  # the eval scripts' settle action
@@ -250,6 +250,7 @@ class Worker:
 
 
 def main() -> None:
+    leave_stop_to_parent()
     p = argparse.ArgumentParser()
     p.add_argument("--suite", required=True)
     p.add_argument("--task", required=True)

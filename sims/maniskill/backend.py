@@ -16,6 +16,7 @@ them over worker processes (one `LocalEnvs` each) behind the same calls.
 from __future__ import annotations
 
 import multiprocessing as mp
+import signal
 from typing import Any
 
 import numpy as np
@@ -195,6 +196,9 @@ def _stack(rows: list[Rows]) -> dict[str, np.ndarray]:
 def _worker(conn, env_id: str, k: int, opts: dict[str, Any]) -> None:
     from sims.maniskill import lavapipe
 
+    # A Ctrl-C reaches this process too; the parent stops after its step and closes us. SIGTERM
+    # stays: multiprocessing ends daemonic workers with it (sims/frames.py's workers ignore both).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     lavapipe.configure()
     torch.set_num_threads(1)
     try:

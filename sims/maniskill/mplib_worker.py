@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # for sims/frames.py (standard library only)
-from sims.frames import read_frame, write_frame  # noqa: E402
+from sims.frames import leave_stop_to_parent, read_frame, write_frame  # noqa: E402
 
 
 class Worker:
@@ -135,6 +135,7 @@ class Worker:
 
 
 def main() -> None:
+    leave_stop_to_parent()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--urdf", required=True)
     ap.add_argument("--srdf", required=True)

@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # for sims/frames.py (standard library only)
-from sims.frames import read_frame, write_frame  # noqa: E402
+from sims.frames import leave_stop_to_parent, read_frame, write_frame  # noqa: E402
 
 OBS_DIM = 39
 
@@ -225,6 +225,7 @@ class Expert:
 
 
 def main() -> None:
+    leave_stop_to_parent()
     p = argparse.ArgumentParser()
     p.add_argument("--tasks", default="")
     p.add_argument("--height", type=int, default=64)

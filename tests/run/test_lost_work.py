@@ -18,6 +18,7 @@ import pytest
 from cli_run import signal_when_ready
 
 from embodied.cli import main
+from sims.metaworld.proc import metaworld_python
 
 TINY = ["env.num_envs=8", "ppo.rollout_steps=16", "train.eval_every=1", "train.eval_episodes=4",
         "train.save_every=2", "train.progress=false", "train.video_episodes=0"]
@@ -133,6 +134,20 @@ def test_sigterm_in_collect_keeps_whole_episodes_and_continues(tmp_path):
     resume[resume.index("--episodes") + 1] = "2"  # the same command, a little of it
     assert main(resume) == 0
     assert json.loads(info.read_text())["total_episodes"] == kept + 2
+
+
+@pytest.mark.skipif(not metaworld_python().exists(), reason=".venv-metaworld is absent (make metaworld)")
+def test_ctrl_c_to_the_process_group_leaves_the_workers_to_the_command(tmp_path):
+    """A terminal's Ctrl-C reaches the MetaWorld workers as well as `embodied collect`: they
+    ignore it, so the command finishes its step with them and ends with what it kept."""
+    out = tmp_path / "demos"
+    info = out / "meta" / "info.json"
+    code, err = signal_when_ready(["collect", "metaworld:MT10", "--episodes", "1000", "--out", str(out)],
+                                  lambda: info.is_file() and json.loads(info.read_text())["total_episodes"] >= 2,
+                                  signal.SIGINT, tmp_path / "stderr.txt", group=True)
+    assert code == 130, err[-2000:]
+    last, resume = _stopped_line(err, signal.SIGINT)
+    assert f"kept {json.loads(info.read_text())['total_episodes']} of 1000 episodes" in last and ": error: " not in err
 
 
 @pytest.fixture(scope="module")
