@@ -20,16 +20,17 @@ class Checkpoint:
 
 
 def load_checkpoints(paths: list[str], task: str, device: str = "auto") -> list[Checkpoint]:
-    """The checkpoints' policies on `device` (auto, cpu, cuda, cuda:N; embodied/run/device.py): checkpoints
-    of `embodied train` or policy directories (`embodied sft`'s final; embodied.rl.loop_parts.load_trained)."""
+    """The checkpoints' policies on `device` (auto, cpu, cuda, cuda:N; embodied/run/device.py):
+    checkpoints of `embodied train` or policy directories (`embodied sft`'s final;
+    embodied.rl.loop_parts.load_trained)."""
     from embodied.run.device import resolve_device
     from embodied.rl.loop_parts import load_trained
 
     out = []
     for p in paths:
         ckpt, cfg, policy = load_trained(p)
-        label = f"{ckpt.parent.parent.name}/{ckpt.name}" if ckpt.parent.name == "checkpoints" else \
-            f"{ckpt.parent.name}/{ckpt.name}"
+        run = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
+        label = f"{run.name}/{ckpt.name}"
         if cfg.env.task != task:
             raise Sim2RealError(f"--task: {task!r} does not match checkpoint {label}'s task {cfg.env.task!r}")
         if any(c.label == label for c in out):

@@ -126,9 +126,9 @@ def load_trained(path: str | Path, overrides: list[str] = ()) -> tuple[Path, Exp
     except CheckpointError:
         bare = policy_dir(path)
         if bare is None:
-            raise CheckpointError(f"checkpoint not found: {path} (expected a checkpoint, checkpoints/, checkpoints/latest "
-                                  "or run directory of `embodied train`, or a policy directory: `embodied sft`'s "
-                                  "final)") from None
+            raise CheckpointError(f"checkpoint not found: {path} (expected a checkpoint, checkpoints/, "
+                                  "checkpoints/latest or run directory of `embodied train`, or a policy directory: "
+                                  "`embodied sft`'s final)") from None
         policy = Policy.from_pretrained(bare)
         policy.eval()
         return bare, policy_config(bare, policy, overrides), policy
@@ -144,8 +144,9 @@ def load_trained(path: str | Path, overrides: list[str] = ()) -> tuple[Path, Exp
 def policy_config(path: Path, policy: Any, overrides: list[str] = ()) -> ExperimentConfig:
     """The config under which a bare policy directory is replayed: the defaults, with the env its
     record names (task, observation mode, the cameras of its rgb_<camera> keys, else a VLA's
-    configured cameras) and the image size of its vision tower, then `overrides`; the task's own time limit, as `embodied sft`
-    evaluates. CheckpointError (one line) if it records no task and no env.task= is given."""
+    configured cameras) and the image size of its vision tower, then `overrides`; the task's own
+    time limit, as `embodied sft` evaluates. CheckpointError (one line) if it records no task and
+    no env.task= is given."""
     rec = policy.record or {}
     if not rec.get("task") and not any(o.strip().startswith("env.task=") for o in overrides):
         raise CheckpointError(f"{path / 'config.json'}: records no task the policy was trained on; allowed: "
