@@ -190,11 +190,11 @@ def underlying_task(task: str) -> str:
 
 
 def same_task(a: str, b: str) -> bool:
-    """The same task: equal names up to a layout suffix (`@sampled`); a LIBERO suite
-    (`libero:libero_spatial`) holds its tasks (`libero:libero_spatial/0`)."""
+    """The same task: equal names up to a layout suffix (`@sampled`, `@goal`); a benchmark holds
+    its tasks, which it names after a slash (`libero:libero_spatial` and `libero:libero_spatial/0`;
+    `metaworld:MT10` and `metaworld:MT10/push-v3`, a task in MT10's observation layout)."""
     a, b = a.split("@", 1)[0], b.split("@", 1)[0]
-    return a == b or (a.startswith("libero:") and b.startswith("libero:")
-                      and (a.startswith(b + "/") or b.startswith(a + "/")))
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
 
 
 def check_fits(policy: "Policy", spec: Any, where: str, task: str | None = None) -> None:

@@ -161,3 +161,17 @@ def test_eval_takes_an_sft_policy_directory(tmp_path, capsys):
     assert "records no task" in err and "env.task=" in err and len(err.splitlines()) == 1, err
     assert main(["eval", str(tmp_path / "bare"), "--episodes", "2", "env.task=Reach", "env.max_episode_steps=3"]) == 0
     assert json.loads(capsys.readouterr().out)["task"] == "Reach"
+
+
+def test_a_benchmark_holds_its_tasks():
+    """check_fits: a policy of MT10 (or a LIBERO suite) fits one of its tasks in its layout, and back;
+    another benchmark or task does not."""
+    from policies.base import same_task
+
+    assert same_task("metaworld:MT10@goal", "metaworld:MT10/push-v3@goal")
+    assert same_task("metaworld:MT10/push-v3", "metaworld:MT10")
+    assert same_task("libero:libero_spatial", "libero:libero_spatial/0")
+    assert not same_task("metaworld:MT10", "metaworld:MT50/push-v3")
+    assert not same_task("metaworld:MT10/push-v3", "metaworld:MT10/reach-v3")
+    assert not same_task("metaworld:MT1", "metaworld:MT10/push-v3")
+    assert not same_task("Reach", "PushCube")
