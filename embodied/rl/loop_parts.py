@@ -149,8 +149,8 @@ def policy_config(path: Path, policy: Any, overrides: list[str] = ()) -> Experim
     no env.task= is given."""
     rec = policy.record or {}
     if not rec.get("task") and not any(o.strip().startswith("env.task=") for o in overrides):
-        raise CheckpointError(f"{path / 'config.json'}: records no task the policy was trained on; allowed: "
-                              "env.task=TASK after the path")
+        raise CheckpointError(f"{path / 'config.json'}: records no task the policy was trained on (`embodied sft` "
+                              "records it); allowed: env.task=TASK after the path (embodied eval)")
     env: dict[str, Any] = {k: rec[k] for k in ("task", "obs_mode") if rec.get(k)}
     cams = [k[len("rgb_"):] for k in rec.get("obs_keys") or [] if k.startswith("rgb_")]
     cams = cams or list(getattr(policy.config, "cameras", None) or [])  # a VLA's own cameras
