@@ -21,7 +21,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e ".[dev,ros,vla,distributed]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,ros,vla,distributed,warp]"
 	touch $(STAMP)
 
 # ManiSkill3 extra; on machines without the NVIDIA Vulkan driver, Mesa lavapipe from the

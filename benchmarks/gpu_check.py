@@ -4,7 +4,14 @@
                                    [--budget 450] [--baseline PATH/TO/ManiSkill/ppo.py]
 
 Parts, each in a child process under its own time limit (a part that runs out keeps the rows
-it printed so far and says so; the limits are scaled down to fit --budget seconds in all):
+it printed so far and says so; the limits are scaled down to fit --budget seconds in all), in
+this order, the most valuable first:
+  warp_env  our MuJoCo tasks on MuJoCo Warp (env.backend=warp, sims/mujoco/warp_env.py): PushCube
+            env steps/s at 1024, 4096 and 16384 worlds from state and at 1024 with 64 px RGB, against
+            the C backend (mujoco.batch) on all of the machine's CPUs in the same run
+  warp_ppo  state PPO on PushCube with 4096 warp envs on the GPU: wall time to 90% eval success
+  warp_grpo flow-VLA GRPO from 64 px pixels on ReachPoint with 1024 warp envs (a fresh tiny VLA,
+            no SFT start): env steps/s of the whole training loop and the eval success reached
   tests     every test marked `cuda` (pytest -m cuda), none may be skipped
   env       ManiSkill physx_cuda PickCube-v1 env steps/s at 1024 and 4096 envs: our adapter
             (sims/maniskill) against bare ManiSkill stepped in the same run
@@ -35,7 +42,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # seconds each, before scaling to --budget; the last part also gets what the others left unused
-PARTS = {"tests": 60, "env": 65, "vla": 55, "pipeline": 30, "ppo": 260}
+PARTS = {"warp_env": 150, "warp_ppo": 150, "warp_grpo": 90, "tests": 60, "env": 65, "vla": 55, "pipeline": 30,
+         "ppo": 260}
+WARP_PARTS = ("warp_env", "warp_ppo", "warp_grpo")  # need mujoco_warp and warp
+# --dry-run: the warp parts on warp's CPU device at 1/64 of their sizes (tests this script without a GPU)
+DRY = os.environ.get("GPU_CHECK_DRY") == "1"
+DEV = "cpu" if DRY else "cuda"
+
+
+def size(n: int) -> int:
+    return max(n // 64, 16) if DRY else n
 MS_PARTS = ("env", "ppo")  # need mani_skill / sapien (the tests part reports its own skips)
 
 
@@ -109,6 +125,129 @@ def _watch(cmd: list[str], limit: float, parse, cwd: Path) -> tuple[float | None
     if hit is None:
         print("\n".join(tail), flush=True)
     return hit, best
+
+
+def _env_rate(env, steps: int) -> float:
+    """Env steps/s of `steps` steps of uniform random actions, after 3 warm-up steps (kernel loads,
+    graph capture), auto-resets included."""
+    import torch
+
+    env.reset(seed=0)
+    dev = env.device
+    actions = [torch.rand(env.num_envs, env.spec.action_dim, device=dev) * 2 - 1 for _ in range(4)]
+    for k in range(3):
+        env.step(actions[k])
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    sync()
+    t = time.perf_counter()
+    for k in range(steps):
+        env.step(actions[k % 4])
+    sync()
+    return env.num_envs * steps / (time.perf_counter() - t)
+
+
+def part_warp_env(limit: float) -> None:
+    import torch
+
+    from sims.registry import make_env
+
+    t_end = time.perf_counter() + limit
+    got: dict[tuple[str, int, str], float] = {}
+    cases = [("warp", 4096, "state"), ("cpu", 4096, "state"), ("warp", 1024, "state"), ("warp", 16384, "state"),
+             ("warp", 1024, "rgb"), ("cpu", 1024, "state"), ("cpu", 1024, "rgb")]
+    for backend, n, mode in cases:
+        n = size(n)
+        if time.perf_counter() > t_end - 20:
+            row("warp_env", f"{backend} {n} envs {mode}", "not run", "", "time limit")
+            continue
+        t0 = time.perf_counter()
+        kw = {"backend": backend, "obs_mode": mode}
+        if backend == "warp":
+            kw["device"] = DEV
+        else:
+            kw["num_threads"] = os.cpu_count()
+        if mode == "rgb":
+            kw.update(cameras=("front",), image_size=64)
+        try:
+            env = make_env("PushCube", n, **kw)
+            built = time.perf_counter() - t0
+            steps = 100 if backend == "warp" and mode == "state" and not DRY else (20 if n <= 1024 else 10)
+            got[(backend, n, mode)] = r = _env_rate(env, steps)
+            env.close()
+        except Exception as e:  # one case's failure is a row; the others still run
+            import traceback
+
+            traceback.print_exc()
+            row("warp_env", f"{backend} {n} envs {mode}", "failed", "", f"{type(e).__name__}: {str(e)[:200]}")
+            continue
+        where = ("GPU" if not DRY else "warp's CPU device") if backend == "warp" else f"{os.cpu_count()} CPUs"
+        unit = " (64 px frames/s the same)" if mode == "rgb" else ""
+        row("warp_env", f"PushCube {mode}, {n} envs, {backend} backend on {where}", f"{r:,.0f} env steps/s",
+            ">= 200,000 at 4096 (state)" if (backend, n, mode) == ("warp", 4096, "state") else
+            (">= 20,000 frames/s" if mode == "rgb" and backend == "warp" else ""),
+            f"{steps} steps of random actions after 3 warm-up; built in {built:.0f} s{unit}")
+        del env
+        torch.cuda.empty_cache() if torch.cuda.is_available() else None
+    for n, mode in ((size(4096), "state"), (size(1024), "state"), (size(1024), "rgb")):
+        if ("warp", n, mode) in got and ("cpu", n, mode) in got:
+            row("warp_env", f"warp / C backend, {n} envs {mode}", f"{got[('warp', n, mode)] / got[('cpu', n, mode)]:.1f}x",
+                ">= 10x at 4096 (state)" if n == 4096 else "", "the same run")
+
+
+WARP_PPO = ["env.backend=warp", f"env.num_envs={size(4096)}", "env.reward_mode=dense", "ppo.rollout_steps=16",
+            "ppo.epochs=8", "ppo.minibatches=32", f"train.device={DEV}", "train.torch_threads=0",
+            "train.total_steps=20000000", "train.eval_every=2", "train.eval_episodes=256", "train.save_every=0",
+            "train.progress=false", "train.video_episodes=0"]
+
+
+def part_warp_ppo(limit: float) -> None:
+    import re
+
+    run = ROOT / "runs" / "gpu_check_warp_ppo"
+    cmd = [sys.executable, "-m", "embodied.cli", "train", str(ROOT / "configs/ppo/quickstart.yaml"), *WARP_PPO,
+           f"train.run_dir={run}"]
+    pat = re.compile(r"step (\d+): eval success ([0-9.]+)")
+
+    def ours(line: str):
+        m = pat.search(line)
+        return (float(m.group(2)), int(m.group(1))) if m else None
+
+    hit, best = _watch(cmd, limit, ours, ROOT)
+    row("warp_ppo", "PPO PushCube from state, 4096 warp envs: s to 90% eval success", f"{hit:.0f} s" if hit else
+        f"> {limit:.0f} s", "<= 60 s (ManiSkill's GPU PPO: under a minute)", f"best {best}; incl. start-up and "
+        f"kernel loads; {' '.join(WARP_PPO[1:6])}")
+
+
+# `make demo`'s pipeline (configs/pipeline/demo.yaml: slow demos, SFT of the tiny flow VLA, GRPO with
+# Flow-Noise) with 64 px cameras and 1024 warp envs on the GPU
+WARP_GRPO = ["collect.image_size=64", "rl.env.image_size=64", "rl.env.backend=warp", f"rl.env.num_envs={size(1024)}",
+             f"rl.train.device={DEV}", f"sft.device={DEV}", "rl.train.torch_threads=0", "rl.train.total_steps=3000000",
+             "rl.train.eval_every=2", "rl.train.eval_episodes=256", "rl.train.save_every=0", "rl.train.video_episodes=0"]
+
+
+def part_warp_grpo(limit: float) -> None:
+    import re
+
+    run = ROOT / "runs" / "gpu_check_warp_grpo"
+    cmd = [sys.executable, "-m", "embodied.cli", "pipeline", "demo", *WARP_GRPO, f"run_dir={run}"]
+    pat = re.compile(r"step (\d+): eval success ([0-9.]+)")
+    t0 = time.perf_counter()
+    seen: list[tuple[float, int, float]] = []
+
+    def ours(line: str):
+        m = pat.search(line)
+        if m:
+            seen.append((float(m.group(2)), int(m.group(1)), time.perf_counter() - t0))
+            return float(m.group(2)), int(m.group(1))
+        return None
+
+    hit, best = _watch(cmd, limit, ours, ROOT)
+    rate = "fewer than two evaluations"
+    if len(seen) >= 2:
+        (_, s0, w0), (_, s1, w1) = seen[0], seen[-1]
+        rate = f"RL {(s1 - s0) / max(w1 - w0, 1e-9):,.0f} env steps/s between its first and last evaluation"
+    row("warp_grpo", "flow-VLA GRPO ReachPoint 64 px, 1024 warp envs: s to 0.9 eval success", f"{hit:.0f} s" if hit
+        else f"> {limit:.0f} s", "", f"best {best}; {rate}; incl. demos and SFT (`embodied pipeline demo`)")
 
 
 # configs/ppo_ms_pickcube.yaml at ManiSkill's published PickCube settings for its ppo.py (1024 envs,
@@ -293,8 +432,15 @@ def skip_reason(part: str) -> str | None:
 
     import torch
 
-    if not torch.cuda.is_available():
+    if DRY and part not in WARP_PARTS:
+        return "--dry-run runs the warp parts only"
+    if not torch.cuda.is_available() and not DRY:
         return "no CUDA device"
+    if part in WARP_PARTS:
+        for mod in ("warp", "mujoco_warp"):
+            if importlib.util.find_spec(mod) is None:
+                return f"{mod} is not installed (pip install -c constraints.txt mujoco-warp warp-lang)"
+        return None
     if part in MS_PARTS:
         for mod in ("mani_skill", "sapien"):
             if importlib.util.find_spec(mod) is None:
@@ -339,9 +485,13 @@ def main() -> int:
     ap.add_argument("--parts", default=",".join(PARTS), help="name[:seconds],... (default limits: %s)" % PARTS)
     ap.add_argument("--budget", type=float, default=450.0, help="seconds for all parts together")
     ap.add_argument("--baseline", default=os.environ.get("MS_PPO_BASELINE"), help="ManiSkill's ppo.py (a copy)")
+    ap.add_argument("--dry-run", action="store_true", help="the warp parts on warp's CPU device at 1/64 size")
     ap.add_argument("--part", help=argparse.SUPPRESS)
     ap.add_argument("--limit", type=float, default=60.0, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.dry_run and not DRY:  # the parts are child processes: they read it from the environment
+        os.environ["GPU_CHECK_DRY"] = "1"
+        os.execv(sys.executable, [sys.executable, *sys.argv])
     if args.part:  # child: one part
         fn = globals()[f"part_{args.part}"]
         fn(args.limit, args.baseline) if args.part == "ppo" else fn(args.limit)

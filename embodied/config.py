@@ -36,6 +36,8 @@ class EnvConfig:
     # domain randomisation {knob: [low, high]} drawn per env at each reset (docs/sim2real.md)
     randomization: dict[str, Any] | None = None
     reality: str | None = None  # a reality preset: name in configs/reality/ or a path
+    # MuJoCo tasks: cpu (C MuJoCo on a thread pool) or warp (MuJoCo Warp on train.device; docs/tasks.md)
+    backend: Literal["cpu", "warp"] = "cpu"
 
 
 @dataclass

@@ -62,7 +62,20 @@ def make_env(task: str, num_envs: int, **kwargs: Any) -> VecEnv:
     trained by `embodied world-model train` (sims/world_model); of the kwargs it takes obs_mode
     ("rgb" for a model trained with cameras), cameras, image_size, reward_mode (dense, sparse or
     task), max_episode_steps, seed, keyframes, rollout (mean or members), model_noise,
-    allow_failed_model and expected_task (the task it must model)."""
+    allow_failed_model and expected_task (the task it must model). backend: "cpu" (C MuJoCo,
+    `mujoco.batch`) or "warp" (MuJoCo Warp on `device`, sims/mujoco/warp_env.py), for the MuJoCo
+    tasks; other families take "cpu" only."""
+    backend = kwargs.pop("backend", "cpu") or "cpu"
+    if backend not in ("cpu", "warp"):
+        from sims.vecenv import EnvError
+
+        raise EnvError(f"env.backend: unknown backend {backend!r}; allowed: cpu, warp")
+    if backend == "warp" and ":" in task and not task.startswith("multi:"):
+        from sims.vecenv import EnvError
+
+        raise EnvError(f"env.backend: warp runs the MuJoCo tasks (sims/mujoco/tasks); allowed for {task}: cpu")
+    if task.startswith("multi:"):
+        kwargs["backend"] = backend
     if not task.startswith("wm:"):  # the world model's own knobs, at their defaults
         from sims.vecenv import EnvError
 
@@ -123,9 +136,13 @@ def make_env(task: str, num_envs: int, **kwargs: Any) -> VecEnv:
         from sims.maniskill.env import ManiSkillVecEnv
 
         return ManiSkillVecEnv(task, num_envs, **{k: v for k, v in kwargs.items() if v is not None})
-    from sims.mujoco.env import MujocoVecEnv
-
     from sims.mujoco.tasks.registry import task_class
+
+    if backend == "warp":
+        from sims.mujoco.warp_env import WarpVecEnv
+
+        return WarpVecEnv(task_class(task)(), num_envs, **kwargs)
+    from sims.mujoco.env import MujocoVecEnv
 
     return MujocoVecEnv(task_class(task)(), num_envs, **kwargs)
 

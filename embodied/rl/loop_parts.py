@@ -24,6 +24,10 @@ def build_env(cfg: EnvConfig, num_envs: int | None = None, device: Any = None) -
     extra = {"cameras": tuple(cfg.cameras)} if cfg.obs_mode == "rgb" else {}
     if device is not None and cfg.task.startswith("ms:"):
         extra["sim_backend"] = "physx_cuda" if device.type == "cuda" else "physx_cpu"
+    if cfg.backend != "cpu":
+        extra["backend"] = cfg.backend
+        if device is not None:
+            extra["device"] = device
     if cfg.rollout != "mean":
         extra["rollout"] = cfg.rollout
     if cfg.model_noise != 0.0:

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import numpy as np
+from array_api_compat import array_namespace
 
 from sims.mujoco.handles import cmd_to_gap
 from sims.mujoco.scene import WORKSPACE_HIGH, WORKSPACE_LOW
@@ -21,10 +22,11 @@ _HIGH = np.array(WORKSPACE_HIGH)
 
 
 def apply_action(action: np.ndarray, tcp: np.ndarray, ctrl: np.ndarray) -> None:
-    """Write controls in place: action float [n, 4] (already in [-1, 1]), tcp [n, 3] -> ctrl [n, 4]."""
-    target = tcp + action[:, 0:3] * EE_STEP
-    np.clip(target, _LOW, _HIGH, out=target)
-    ctrl[:, 0:3] = target
+    """Write controls in place: action float [n, 4] (already in [-1, 1]), tcp [n, 3] -> ctrl [n, 4]
+    (numpy arrays, or torch tensors on one device)."""
+    xp = array_namespace(action)
+    for k in range(3):
+        ctrl[:, k] = xp.clip(tcp[:, k] + action[:, k] * EE_STEP, min=float(_LOW[k]), max=float(_HIGH[k]))
     ctrl[:, 3] = cmd_to_gap(action[:, 3])
 
 

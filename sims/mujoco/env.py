@@ -34,12 +34,12 @@ CAMERAS = ("front", "wrist")
 _STAGE = mujoco.mjtStage
 
 
-def _one_of(field: str, value: Any, allowed: Sequence[str]) -> None:
+def check_choice(field: str, value: Any, allowed: Sequence[str]) -> None:
     if value not in allowed:
         raise EnvError(f"{field}: unknown value {value!r}; allowed: {', '.join(allowed)}")
 
 
-def _size(field: str, value: Any) -> tuple[int, int]:
+def parse_size(field: str, value: Any) -> tuple[int, int]:
     if isinstance(value, (int, np.integer)):
         value = (value, value)
     try:
@@ -73,18 +73,18 @@ class MujocoVecEnv(VecEnv):
                  seed: int | None = None, max_episode_steps: int | None = None,
                  device: str | torch.device = "cpu", randomization: Any = None,
                  reality: str | None = None):
-        _one_of("obs_mode", obs_mode, OBS_MODES)
-        _one_of("reward_mode", reward_mode, REWARD_MODES)
+        check_choice("obs_mode", obs_mode, OBS_MODES)
+        check_choice("reward_mode", reward_mode, REWARD_MODES)
         for cam in cameras:
-            _one_of("cameras", cam, CAMERAS)
+            check_choice("cameras", cam, CAMERAS)
         if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise EnvError(f"num_envs: expected a positive int, got {num_envs!r}")
         substeps = round(1.0 / (control_hz * timestep)) if control_hz > 0 and timestep > 0 else 0
         if substeps < 1 or abs(substeps * timestep * control_hz - 1.0) > 1e-6:
             raise EnvError(f"control_hz/timestep: 1/(control_hz*timestep) must be a positive "
                            f"integer, got control_hz={control_hz}, timestep={timestep}")
-        self.image_size = _size("image_size", image_size)
-        self.render_size = _size("render_size", render_size)
+        self.image_size = parse_size("image_size", image_size)
+        self.render_size = parse_size("render_size", render_size)
         self.task = task
         self.obs_mode, self.reward_mode = obs_mode, reward_mode
         self.cameras = tuple(cameras) if obs_mode == "rgb" else ()
@@ -412,7 +412,7 @@ class MujocoVecEnv(VecEnv):
     def render(self, env_ids: Sequence[int] | None = None, camera: str | None = None) -> torch.Tensor:
         """uint8 [n, H, W, 3] frames at render_size of envs env_ids (default all)."""
         camera = camera or (self.cameras[0] if self.cameras else "front")
-        _one_of("camera", camera, CAMERAS)
+        check_choice("camera", camera, CAMERAS)
         ids = parse_env_ids(env_ids, self.num_envs)
         return torch.from_numpy(self._render_np(ids, camera, self.render_size))
 

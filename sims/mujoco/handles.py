@@ -73,7 +73,8 @@ class Handles:
 
 @dataclass
 class SimView:
-    """Per-env physical quantities, float64 numpy arrays with leading dim n (world frame, SI)."""
+    """Per-env physical quantities with leading dim n (world frame, SI): float64 numpy arrays
+    under the C backend, float32 torch tensors on the env's device under MuJoCo Warp."""
 
     tcp: np.ndarray  # [n, 3] tool centre point
     tcp_vel: np.ndarray  # [n, 3]
@@ -102,17 +103,24 @@ def cmd_to_gap(cmd: np.ndarray) -> np.ndarray:
     return (1.0 - cmd) * FINGER_MAX
 
 
+def cols(idx: np.ndarray) -> np.ndarray | slice:
+    """Column indices [k] as a slice when they are consecutive (a view, also of a torch tensor)."""
+    start = int(idx[0])
+    return slice(start, start + len(idx)) if np.array_equal(idx, np.arange(start, start + len(idx))) else idx
+
+
 def read(h: Handles, qpos: np.ndarray, qvel: np.ndarray, ctrl: np.ndarray, mocap_pos: np.ndarray,
          rows: np.ndarray | None = None) -> SimView:
-    """Gather a SimView from state arrays [B, nq], [B, nv], [B, nu], [B, nmocap, 3] (rows: subset)."""
+    """Gather a SimView from state arrays [B, nq], [B, nv], [B, nu], [B, nmocap, 3] (rows: subset),
+    numpy arrays or torch tensors."""
     if rows is not None:
         qpos, qvel, ctrl, mocap_pos = qpos[rows], qvel[rows], ctrl[rows], mocap_pos[rows]
     f, fv = h.finger_qpos, h.finger_qvel
     c, cv = h.cube_qpos, h.cube_qvel
     has_cube = c >= 0
     return SimView(
-        tcp=qpos[:, h.tcp_qpos],
-        tcp_vel=qvel[:, h.tcp_qvel],
+        tcp=qpos[:, cols(h.tcp_qpos)],
+        tcp_vel=qvel[:, cols(h.tcp_qvel)],
         gap=qpos[:, f[0]] + qpos[:, f[1]],
         gap_vel=qvel[:, fv[0]] + qvel[:, fv[1]],
         grip_cmd=gap_to_cmd(ctrl[:, 3]),

@@ -6,6 +6,11 @@ A task says what is on the table (`scene`), how an episode is randomised
 [0, 1]). The env does the rest. Every hook is vectorised over envs: arrays have leading dim n
 (the envs concerned).
 
+The hooks that run at every step (`evaluate`, `progress`, `privileged`) are written against the
+array API (`array_api_compat`): they run on numpy arrays under the C backend and on torch tensors
+on the env's device under MuJoCo Warp (sims/mujoco/warp_env.py), so one task file serves both.
+`sample_episode`, `instruction` and `expert` stay numpy (host side, seeded per env).
+
 Rewards made from progress P and success (reward_mode):
   "dense":  P(s_t+1) - P(s_t) + 1[success]  (potential-based shaping plus a success bonus: a
             policy gains nothing by hovering short of success, whatever its discount)
@@ -24,6 +29,8 @@ import abc
 from typing import ClassVar
 
 import numpy as np
+from array_api_compat import array_namespace
+from array_api_compat import device as array_device
 
 from sims.mujoco.handles import SimView
 from sims.mujoco.scene import (
@@ -68,9 +75,31 @@ REACH_DIFFERENCES = {"goal_minus_tcp": ("goal", "tcp")}
 Episode = dict[str, np.ndarray]  # per-env episode variables, leading dim n
 
 
+def empty_like_rows(x, cols: int, dtype: str = "float32"):
+    """An uninitialised [n, cols] array of the namespace and device of x ([n, ...])."""
+    xp = array_namespace(x)
+    return xp.empty((x.shape[0], cols), dtype=getattr(xp, dtype), device=array_device(x))
+
+
+def falses(x):
+    """bool [n] all False, of the namespace and device of x ([n, ...])."""
+    xp = array_namespace(x)
+    return xp.zeros(x.shape[0], dtype=xp.bool, device=array_device(x))
+
+
+def norm(x, axis: int = 1):
+    """Euclidean norm along axis of a numpy array or a torch tensor."""
+    return array_namespace(x).linalg.vector_norm(x, axis=axis)
+
+
+def copy(x):
+    """A copy of x in its own namespace and on its device."""
+    return array_namespace(x).asarray(x, copy=True)
+
+
 def state_obs(s: SimView) -> np.ndarray:
     """float32 [n, 9] proprioception."""
-    out = np.empty((len(s.tcp), STATE_DIM), np.float32)
+    out = empty_like_rows(s.tcp, STATE_DIM)
     out[:, 0:3] = s.tcp
     out[:, 3:6] = s.tcp_vel
     out[:, 6] = s.gap
@@ -81,12 +110,13 @@ def state_obs(s: SimView) -> np.ndarray:
 
 def off_table(p: np.ndarray) -> np.ndarray:
     """bool [n]: a point [n, 3] is beyond the table's edge (the cube would fall)."""
-    return (np.abs(p[:, 0]) > TABLE_HALF[0]) | (np.abs(p[:, 1]) > TABLE_HALF[1])
+    xp = array_namespace(p)
+    return (xp.abs(p[:, 0]) > TABLE_HALF[0]) | (xp.abs(p[:, 1]) > TABLE_HALF[1])
 
 
 def shaped(d: np.ndarray, scale: float = 10.0) -> np.ndarray:
     """Distance [n] (m) -> closeness reward in (0, 1]: 1 - tanh(scale * d)."""
-    return 1.0 - np.tanh(scale * d)
+    return 1.0 - array_namespace(d).tanh(scale * d)
 
 
 def yaw_quat(yaw: np.ndarray) -> np.ndarray:
@@ -106,9 +136,10 @@ def two_colors(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray
 
 def cube_privileged(s: SimView, goal: np.ndarray, grasped: np.ndarray) -> np.ndarray:
     """float32 [n, 32] privileged observation of a cube task; goal [n, 3] is the cube's goal."""
-    out = np.empty((len(s.tcp), CUBE_PRIV_DIM), np.float32)
+    xp = array_namespace(s.tcp)
+    out = empty_like_rows(s.tcp, CUBE_PRIV_DIM)
     out[:, :STATE_DIM] = state_obs(s)
-    quat = s.cube_quat * np.where(s.cube_quat[:, :1] < 0, -1.0, 1.0)  # w >= 0
+    quat = s.cube_quat * xp.where(s.cube_quat[:, :1] < 0, -1.0, 1.0)  # w >= 0
     out[:, 9:12] = s.cube
     out[:, 12:16] = quat
     out[:, 16:19] = s.cube_vel
@@ -116,7 +147,7 @@ def cube_privileged(s: SimView, goal: np.ndarray, grasped: np.ndarray) -> np.nda
     out[:, 22:25] = goal
     out[:, 25:28] = s.cube - s.tcp
     out[:, 28:31] = goal - s.cube
-    out[:, 31] = grasped
+    out[:, 31] = xp.astype(grasped, out.dtype)
     return out
 
 

@@ -37,11 +37,13 @@ import dataclasses
 from typing import ClassVar
 
 import numpy as np
+from array_api_compat import array_namespace
+from array_api_compat import device as array_device
 
 from sims.mujoco.control import expert_action
 from sims.mujoco.handles import SimView
 from sims.mujoco.scene import COLOR_NAMES, CUBE_HALF, FINGER_MAX, SceneOptions
-from sims.mujoco.tasks.base import CUBE_PRIV_DIM, Episode, Task, off_table, shaped, state_obs, yaw_quat
+from sims.mujoco.tasks.base import CUBE_PRIV_DIM, Episode, Task, copy, norm, off_table, shaped, state_obs, yaw_quat
 from sims.mujoco.tasks.grasping import is_grasped
 from sims.mujoco.tasks.pick_cube import PickCube
 from sims.mujoco.tasks.place_cube import PlaceCube
@@ -84,23 +86,30 @@ def _seg_dist(a: np.ndarray, b: np.ndarray, p: np.ndarray) -> np.ndarray:
 
 def _cube_view(s: SimView, slot: np.ndarray) -> SimView:
     """s with the cube of `slot` (int [n]: 0 cube a, 1 cube b) as its `cube`."""
-    b = (slot == 1)[:, None]
-    return dataclasses.replace(s, cube=np.where(b, s.cube_b, s.cube), cube_quat=np.where(b, s.cube_b_quat, s.cube_quat),
-                               cube_vel=np.where(b, s.cube_b_vel, s.cube_vel),
-                               cube_angvel=np.where(b, s.cube_b_angvel, s.cube_angvel))
+    xp, b = array_namespace(s.tcp), (slot == 1)[:, None]
+    return dataclasses.replace(s, cube=xp.where(b, s.cube_b, s.cube), cube_quat=xp.where(b, s.cube_b_quat, s.cube_quat),
+                               cube_vel=xp.where(b, s.cube_b_vel, s.cube_vel),
+                               cube_angvel=xp.where(b, s.cube_b_angvel, s.cube_angvel))
+
+
+def _above(p, dz: float):
+    """p [n, 3] raised by dz (m)."""
+    out = copy(p)
+    out[:, 2] += dz
+    return out
 
 
 def events(s: SimView, grasped: np.ndarray) -> np.ndarray:
     """bool [n, 4]: the success event of each verb (VERBS' order) on s's `cube`."""
     cube, sq = s.cube, s.target
-    hover = cube + np.array([0.0, 0.0, HOVER_Z])
-    on_square = (np.linalg.norm(cube[:, :2] - sq[:, :2], axis=1) < RADIUS) & (cube[:, 2] < CUBE_HALF + 0.005)
+    hover = _above(cube, HOVER_Z)
+    on_square = (norm(cube[:, :2] - sq[:, :2]) < RADIUS) & (cube[:, 2] < CUBE_HALF + 0.005)
     released = (s.gap > 2 * CUBE_HALF + 0.01) & ~grasped
-    return np.stack([
-        (np.linalg.norm(s.tcp - hover, axis=1) < 0.02) & (s.gap < 0.01) & (np.linalg.norm(s.tcp_vel, axis=1) < 0.05),
+    return array_namespace(cube).stack([
+        (norm(s.tcp - hover) < 0.02) & (s.gap < 0.01) & (norm(s.tcp_vel) < 0.05),
         on_square & ~grasped & (s.gap < 0.015),
-        grasped & (np.linalg.norm(cube - s.goal, axis=1) < RADIUS),
-        on_square & released & (np.linalg.norm(s.cube_vel, axis=1) < 0.05),
+        grasped & (norm(cube - s.goal) < RADIUS),
+        on_square & released & (norm(s.cube_vel) < 0.05),
     ], axis=1)
 
 
@@ -164,50 +173,52 @@ class Compose(Task):
         return f"{VERBS[ep['verb'][i]]} {COLOR_NAMES[ep['color'][i]]}"
 
     def evaluate(self, s: SimView, ep: Episode) -> dict[str, np.ndarray]:
-        named, n = ep["named"], len(s.tcp)
+        xp, named, n = array_namespace(s.tcp), ep["named"], s.tcp.shape[0]
         sn, so = _cube_view(s, named), _cube_view(s, 1 - named)
         gn, go = is_grasped(sn), is_grasped(so)
         ev_n, ev_o = events(sn, gn), events(so, go)
-        success = ev_n[np.arange(n), ep["verb"]]
-        fail = (ev_o.any(axis=1) | off_table(s.cube) | off_table(s.cube_b)) & ~success
-        return {"success": success, "fail": fail, "grasped": gn, "grasped_a": np.where(named == 0, gn, go),
-                "grasped_b": np.where(named == 1, gn, go),
-                "dist_to_goal": np.linalg.norm(sn.cube[:, :2] - s.target[:, :2], axis=1)}
+        success = ev_n[xp.arange(n, device=array_device(s.tcp)), ep["verb"]]
+        fail = (xp.any(ev_o, axis=1) | off_table(s.cube) | off_table(s.cube_b)) & ~success
+        return {"success": success, "fail": fail, "grasped": gn, "grasped_a": xp.where(named == 0, gn, go),
+                "grasped_b": xp.where(named == 1, gn, go),
+                "dist_to_goal": norm(sn.cube[:, :2] - s.target[:, :2])}
 
     def progress(self, s: SimView, ep: Episode, ev: dict[str, np.ndarray]) -> np.ndarray:
+        xp = array_namespace(s.tcp)
         sn = _cube_view(s, ep["named"])
         g = ev["grasped"]
-        hover = sn.cube + np.array([0.0, 0.0, HOVER_Z])
-        rest = s.target.copy()
+        hover = _above(sn.cube, HOVER_Z)
+        rest = copy(s.target)
         rest[:, 2] = CUBE_HALF
-        on_sq = (np.linalg.norm(sn.cube[:, :2] - s.target[:, :2], axis=1) < RADIUS) & (sn.cube[:, 2] < CUBE_HALF + 0.005)
-        by_verb = np.stack([
-            shaped(np.linalg.norm(s.tcp - hover, axis=1)) * (0.5 + 0.5 * (s.gap < 0.01)),
+        on_sq = (norm(sn.cube[:, :2] - s.target[:, :2]) < RADIUS) & (sn.cube[:, 2] < CUBE_HALF + 0.005)
+        by_verb = xp.stack([
+            shaped(norm(s.tcp - hover)) * (0.5 + 0.5 * xp.astype(s.gap < 0.01, s.gap.dtype)),
             PushCube().progress(sn, ep, {"dist_to_goal": ev["dist_to_goal"]}),
             PickCube().progress(dataclasses.replace(sn, goal=s.goal), ep,
-                                {"grasped": g, "dist_to_goal": np.linalg.norm(s.goal - sn.cube, axis=1)}),
+                                {"grasped": g, "dist_to_goal": norm(s.goal - sn.cube)}),
             PlaceCube().progress(sn, ep, {"grasped": g, "placed": on_sq,
-                                          "dist_to_goal": np.linalg.norm(sn.cube - rest, axis=1)}),
+                                          "dist_to_goal": norm(sn.cube - rest)}),
         ], axis=1)
-        return by_verb[np.arange(len(s.tcp)), ep["verb"]]
+        return by_verb[xp.arange(s.tcp.shape[0], device=array_device(s.tcp)), ep["verb"]]
 
     def privileged(self, s: SimView, ep: Episode, ev: dict[str, np.ndarray]) -> np.ndarray:
-        n = len(s.tcp)
-        out = np.zeros((n, COMPOSE_PRIV_DIM), np.float32)
+        xp, n, dev = array_namespace(s.tcp), s.tcp.shape[0], array_device(s.tcp)
+        out = xp.zeros((n, COMPOSE_PRIV_DIM), dtype=xp.float32, device=dev)
         out[:, :9] = state_obs(s)
         for key, pos, quat, vel, ang in (("a", s.cube, s.cube_quat, s.cube_vel, s.cube_angvel),
                                          ("b", s.cube_b, s.cube_b_quat, s.cube_b_vel, s.cube_b_angvel)):
             L = COMPOSE_LAYOUT
             out[:, L[f"cube_{key}"]] = pos
-            out[:, L[f"cube_{key}_quat"]] = quat * np.where(quat[:, :1] < 0, -1.0, 1.0)
+            out[:, L[f"cube_{key}_quat"]] = quat * xp.where(quat[:, :1] < 0, -1.0, 1.0)
             out[:, L[f"cube_{key}_vel"]] = vel
             out[:, L[f"cube_{key}_angvel"]] = ang
         out[:, 35:38] = s.target
         out[:, 38:41] = s.goal
-        out[np.arange(n), 41 + ep["verb"]] = 1.0
-        out[np.arange(n), 45 + ep["named"]] = 1.0
-        out[:, 47] = ev["grasped_a"]
-        out[:, 48] = ev["grasped_b"]
+        rows = xp.arange(n, device=dev)
+        out[rows, 41 + ep["verb"]] = 1.0
+        out[rows, 45 + ep["named"]] = 1.0
+        out[:, 47] = xp.astype(ev["grasped_a"], out.dtype)
+        out[:, 48] = xp.astype(ev["grasped_b"], out.dtype)
         return out
 
     @staticmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from array_api_compat import array_namespace
 
 from sims.mujoco.handles import SimView
 from sims.mujoco.scene import CUBE_HALF, FINGER_HALF
@@ -13,15 +14,16 @@ HOVER = 0.06  # height of the TCP above the cube centre while lining up (m)
 
 def is_grasped(s: SimView) -> np.ndarray:
     """bool [n]: the cube is held between the closing fingers (geometric test, no contacts)."""
+    xp = array_namespace(s.tcp)
     rel = s.cube - s.tcp
     width = 2 * CUBE_HALF
     return (
         (s.grip_cmd > 0.0)
         & (s.gap > width - 0.008)
         & (s.gap < width + 0.012)
-        & (np.abs(rel[:, 0]) < 0.012)
-        & (np.abs(rel[:, 1]) < FINGER_HALF[1] + 0.006)
-        & (np.abs(rel[:, 2]) < 0.02)
+        & (xp.abs(rel[:, 0]) < 0.012)
+        & (xp.abs(rel[:, 1]) < FINGER_HALF[1] + 0.006)
+        & (xp.abs(rel[:, 2]) < 0.02)
     )
 
 

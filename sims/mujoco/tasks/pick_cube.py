@@ -9,6 +9,7 @@ grasped) / 4, where reach rewards the TCP's closeness to the cube and goal the c
 from __future__ import annotations
 
 import numpy as np
+from array_api_compat import array_namespace
 
 from sims.mujoco.control import expert_action
 from sims.mujoco.handles import SimView
@@ -20,6 +21,7 @@ from sims.mujoco.tasks.base import (
     Episode,
     Task,
     cube_privileged,
+    norm,
     off_table,
     shaped,
     yaw_quat,
@@ -60,13 +62,13 @@ class PickCube(Task):
 
     def evaluate(self, s: SimView, ep: Episode) -> dict[str, np.ndarray]:
         grasped = is_grasped(s)
-        dist = np.linalg.norm(s.goal - s.cube, axis=1)
+        dist = norm(s.goal - s.cube)
         return {"success": (dist < SUCCESS_RADIUS) & grasped, "fail": off_table(s.cube),
                 "grasped": grasped, "dist_to_goal": dist}
 
     def progress(self, s: SimView, ep: Episode, ev: dict[str, np.ndarray]) -> np.ndarray:
-        g = ev["grasped"].astype(np.float64)
-        reach = shaped(np.linalg.norm(s.cube - s.tcp, axis=1))
+        g = array_namespace(s.tcp).astype(ev["grasped"], s.tcp.dtype)
+        reach = shaped(norm(s.cube - s.tcp))
         return (reach + g + 2.0 * g * shaped(ev["dist_to_goal"])) / 4.0
 
     def privileged(self, s: SimView, ep: Episode, ev: dict[str, np.ndarray]) -> np.ndarray:

@@ -9,6 +9,7 @@ resting pose on the square, open the gripper once it is there.
 from __future__ import annotations
 
 import numpy as np
+from array_api_compat import array_namespace
 
 from sims.mujoco.control import expert_action
 from sims.mujoco.handles import SimView
@@ -19,7 +20,9 @@ from sims.mujoco.tasks.base import (
     CUBE_PRIV_DIM,
     Episode,
     Task,
+    copy,
     cube_privileged,
+    norm,
     off_table,
     shaped,
     two_colors,
@@ -34,7 +37,7 @@ CARRY = 0.05  # height of the cube above its resting pose while carried over (m)
 
 def _rest(target: np.ndarray) -> np.ndarray:
     """Cube centre resting on the square [n, 3]."""
-    rest = target.copy()
+    rest = copy(target)
     rest[:, 2] = CUBE_HALF
     return rest
 
@@ -74,21 +77,22 @@ class PlaceCube(Task):
 
     def evaluate(self, s: SimView, ep: Episode) -> dict[str, np.ndarray]:
         grasped = is_grasped(s)
-        dist = np.linalg.norm(s.cube[:, :2] - s.target[:, :2], axis=1)
+        dist = norm(s.cube[:, :2] - s.target[:, :2])
         placed = (dist < SUCCESS_RADIUS) & (s.cube[:, 2] < CUBE_HALF + 0.005)
         released = (s.gap > 2 * CUBE_HALF + 0.01) & ~grasped
-        still = np.linalg.norm(s.cube_vel, axis=1) < 0.05
+        still = norm(s.cube_vel) < 0.05
         return {"success": placed & released & still, "fail": off_table(s.cube),
                 "grasped": grasped, "placed": placed,
-                "dist_to_goal": np.linalg.norm(s.cube - _rest(s.target), axis=1)}
+                "dist_to_goal": norm(s.cube - _rest(s.target))}
 
     def progress(self, s: SimView, ep: Episode, ev: dict[str, np.ndarray]) -> np.ndarray:
+        xp = array_namespace(s.tcp)
         placed = ev["placed"]
         g = ev["grasped"]
-        reach = np.where(placed, 1.0, shaped(np.linalg.norm(s.cube - s.tcp, axis=1)))
-        grasp = (g | placed).astype(np.float64)
+        reach = xp.where(placed, 1.0, shaped(norm(s.cube - s.tcp)))
+        grasp = xp.astype(g | placed, s.tcp.dtype)
         place = shaped(ev["dist_to_goal"]) * grasp
-        release = placed * np.clip(s.gap / (2 * FINGER_MAX), 0.0, 1.0)
+        release = xp.astype(placed, s.tcp.dtype) * xp.clip(s.gap / (2 * FINGER_MAX), min=0.0, max=1.0)
         return (reach + grasp + 2.0 * place + release) / 5.0
 
     def privileged(self, s: SimView, ep: Episode, ev: dict[str, np.ndarray]) -> np.ndarray:

@@ -11,6 +11,7 @@ height, and place rewards the cube's closeness to the target.
 from __future__ import annotations
 
 import numpy as np
+from array_api_compat import array_namespace
 
 from sims.mujoco.control import expert_action
 from sims.mujoco.handles import SimView
@@ -23,6 +24,9 @@ from sims.mujoco.tasks.base import (
     Task,
     cube_privileged,
     off_table,
+    copy,
+    falses,
+    norm,
     shaped,
     two_colors,
     yaw_quat,
@@ -34,9 +38,9 @@ FINGER_THICK = 2 * FINGER_HALF[0]
 
 
 def _unit_xy(v: np.ndarray) -> np.ndarray:
-    """[n, >=2] -> unit xy directions [n, 2]."""
+    """[n, >=2] -> unit xy directions [n, 2] (numpy or torch)."""
     xy = v[:, :2]
-    return xy / np.maximum(np.linalg.norm(xy, axis=1, keepdims=True), 1e-6)
+    return xy / array_namespace(v).clip(norm(xy)[:, None], min=1e-6)
 
 
 @register_task("PushCube")
@@ -72,7 +76,7 @@ class PushCube(Task):
         return f"push the {cube} cube onto the {square} square"
 
     def evaluate(self, s: SimView, ep: Episode) -> dict[str, np.ndarray]:
-        dist = np.linalg.norm(s.cube[:, :2] - s.target[:, :2], axis=1)
+        dist = norm(s.cube[:, :2] - s.target[:, :2])
         on_table = s.cube[:, 2] < CUBE_HALF + 0.01
         return {"success": (dist < SUCCESS_RADIUS) & on_table, "fail": off_table(s.cube),
                 "dist_to_goal": dist}
@@ -80,16 +84,16 @@ class PushCube(Task):
     def progress(self, s: SimView, ep: Episode, ev: dict[str, np.ndarray]) -> np.ndarray:
         u = _unit_xy(s.target - s.cube)
         behind = s.cube[:, :2] - u * (CUBE_HALF + 0.005)
-        pusher = s.tcp[:, :2].copy()
+        pusher = copy(s.tcp[:, :2])
         pusher[:, 0] += s.gap / 2 + FINGER_THICK  # outer face of the +x finger
-        d_xy = np.linalg.norm(pusher - behind, axis=1)
-        d_reach = np.sqrt(d_xy**2 + (s.tcp[:, 2] - s.cube[:, 2]) ** 2)
+        d_xy = norm(pusher - behind)
+        d_reach = array_namespace(d_xy).sqrt(d_xy**2 + (s.tcp[:, 2] - s.cube[:, 2]) ** 2)
         return (shaped(d_reach) + 2.0 * shaped(ev["dist_to_goal"])) / 3.0
 
     def privileged(self, s: SimView, ep: Episode, ev: dict[str, np.ndarray]) -> np.ndarray:
-        goal = s.target.copy()
+        goal = copy(s.target)
         goal[:, 2] = CUBE_HALF
-        return cube_privileged(s, goal, np.zeros(len(s.tcp), bool))
+        return cube_privileged(s, goal, falses(s.tcp))
 
     @staticmethod
     def expert(priv: np.ndarray) -> np.ndarray:

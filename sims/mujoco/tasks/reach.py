@@ -15,7 +15,8 @@ import numpy as np
 from sims.mujoco.control import expert_action
 from sims.mujoco.handles import SimView
 from sims.mujoco.scene import SceneOptions
-from sims.mujoco.tasks.base import REACH_DIFFERENCES, REACH_LAYOUT, REACH_PRIV_DIM, Episode, Task, shaped, state_obs
+from sims.mujoco.tasks.base import (REACH_DIFFERENCES, REACH_LAYOUT, REACH_PRIV_DIM, Episode, Task, empty_like_rows,
+                                   falses, norm, shaped, state_obs)
 from sims.mujoco.tasks.registry import register_task
 
 SUCCESS_RADIUS = 0.025
@@ -41,15 +42,15 @@ class Reach(Task):
         return "move the gripper to the target"
 
     def evaluate(self, s: SimView, ep: Episode) -> dict[str, np.ndarray]:
-        dist = np.linalg.norm(s.goal - s.tcp, axis=1)
-        return {"success": dist < SUCCESS_RADIUS, "fail": np.zeros(len(dist), bool),
+        dist = norm(s.goal - s.tcp)
+        return {"success": dist < SUCCESS_RADIUS, "fail": falses(dist),
                 "dist_to_goal": dist}
 
     def progress(self, s: SimView, ep: Episode, ev: dict[str, np.ndarray]) -> np.ndarray:
         return shaped(ev["dist_to_goal"])
 
     def privileged(self, s: SimView, ep: Episode, ev: dict[str, np.ndarray]) -> np.ndarray:
-        out = np.empty((len(s.tcp), REACH_PRIV_DIM), np.float32)
+        out = empty_like_rows(s.tcp, REACH_PRIV_DIM)
         out[:, :9] = state_obs(s)
         out[:, 9:12] = s.goal
         out[:, 12:15] = s.goal - s.tcp

@@ -26,7 +26,9 @@ import numpy as np
 
 from sims.mujoco.handles import SimView
 from sims.mujoco.scene import PALETTE, SceneOptions
-from sims.mujoco.tasks.base import REACH_DIFFERENCES, REACH_LAYOUT, Episode, Task, shaped, state_obs
+from array_api_compat import array_namespace
+
+from sims.mujoco.tasks.base import REACH_DIFFERENCES, REACH_LAYOUT, Episode, Task, empty_like_rows, norm, shaped, state_obs
 from sims.mujoco.tasks.reach import Reach
 from sims.mujoco.tasks.registry import register_task
 
@@ -87,13 +89,13 @@ class ReachColor(Task):
     @staticmethod
     def _named_other(s: SimView, ep: Episode) -> tuple[np.ndarray, np.ndarray]:
         """Centres [n, 3] of the named sphere and of the other one."""
-        blue = (ep["named"] == 1)[:, None]
-        return np.where(blue, s.target, s.goal), np.where(blue, s.goal, s.target)
+        xp, blue = array_namespace(s.tcp), (ep["named"] == 1)[:, None]
+        return xp.where(blue, s.target, s.goal), xp.where(blue, s.goal, s.target)
 
     def evaluate(self, s: SimView, ep: Episode) -> dict[str, np.ndarray]:
         named, other = self._named_other(s, ep)
-        dist = np.linalg.norm(named - s.tcp, axis=1)
-        dist_other = np.linalg.norm(other - s.tcp, axis=1)
+        dist = norm(named - s.tcp)
+        dist_other = norm(other - s.tcp)
         success = dist < SUCCESS_RADIUS
         return {"success": success, "fail": (dist_other < SUCCESS_RADIUS) & ~success,
                 "dist_to_goal": dist, "dist_to_other": dist_other}
@@ -103,7 +105,7 @@ class ReachColor(Task):
 
     def privileged(self, s: SimView, ep: Episode, ev: dict[str, np.ndarray]) -> np.ndarray:
         named, other = self._named_other(s, ep)
-        out = np.empty((len(s.tcp), REACH_COLOR_PRIV_DIM), np.float32)
+        out = empty_like_rows(s.tcp, REACH_COLOR_PRIV_DIM)
         out[:, :9] = state_obs(s)
         out[:, 9:12] = named
         out[:, 12:15] = named - s.tcp

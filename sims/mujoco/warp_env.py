@@ -1,0 +1,417 @@
+"""WarpVecEnv: the MuJoCo tasks on MuJoCo Warp, B worlds batched on one warp device.
+
+The same task files as the C backend (sims/mujoco/tasks): their step hooks (`evaluate`,
+`progress`, `privileged`) run on torch tensors that are views, without a copy, of MuJoCo Warp's
+arrays (`wp.to_torch`), on `device` (CUDA, or warp's CPU device for development and tests).
+
+Per control step on the device: the action becomes actuator targets, `substeps` physics steps
+run (captured once as a CUDA graph on a GPU), the task's success, failure, progress and reward,
+the observations, and RGB frames of the task's cameras from MuJoCo Warp's batched ray tracer.
+
+Read back to the host each step (the only device-to-host copies): the done flags, bool [B] (one
+per chunk substep in `chunk_step`), and whether the action was finite. Envs that finished draw
+their next episodes on the host from the task's seeded numpy sampler, the same draws as the C
+backend, so equal seeds give equal initial states; their rows are then written on the device.
+Instructions are host strings. Per-env colours are a batched `geom_rgba`.
+
+Not yet on this backend: domain randomisation (`randomization`, `reality`): refused in one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import mujoco
+import numpy as np
+import torch
+
+from sims.mujoco import handles as hd
+from sims.mujoco.control import ACTION_DIM, apply_action
+from sims.mujoco.env import CAMERAS, OBS_MODES, REWARD_MODES, SUCCESS_BONUS, check_choice, parse_size
+from sims.mujoco.scene import COLOR_RGBA, build_model
+from sims.mujoco.seeding import parse_env_ids, parse_seeds, sample_seeded, stream_from
+from sims.mujoco.tasks.base import STATE_DIM, Task, state_obs
+from sims.vecenv import ChunkStepResult, EnvError, EnvSpec, Obs, Seed, StepResult, VecEnv, check_action
+
+NCONMAX = 48  # contacts per world: two boxes on a plane and between the fingers, with room
+NJMAX = 256  # constraint rows per world (pyramidal friction cones, joint limits, the finger equality)
+
+
+def _warp():
+    """Import warp with its kernel cache beside the interpreter's packages (the venv), unless the
+    user set WARP_CACHE_PATH: kernels compile once per venv, not once per process."""
+    os.environ.setdefault("WARP_CACHE_PATH", str(Path(sys.prefix) / "warp-cache"))
+    import warp as wp
+
+    wp.config.quiet = True
+    wp.init()
+    return wp
+
+
+class WarpVecEnv(VecEnv):
+    """Batched tabletop manipulation on MuJoCo Warp; the arguments are MujocoVecEnv's.
+
+    device: where the worlds live ("cuda", "cuda:1" or "cpu": warp's CPU device). num_threads is
+    accepted and ignored (warp's CPU device runs its kernels on one thread).
+    """
+
+    def __init__(self, task: Task, num_envs: int, *, obs_mode: str = "state",
+                 reward_mode: str = "dense", image_size: Sequence[int] = (64, 64),
+                 cameras: Sequence[str] = ("front",), render_size: Sequence[int] = (128, 128),
+                 control_hz: float = 20.0, timestep: float = 0.005, num_threads: int = 0,
+                 seed: int | None = None, max_episode_steps: int | None = None,
+                 device: str | torch.device = "cpu", randomization: Any = None,
+                 reality: str | None = None):
+        check_choice("obs_mode", obs_mode, OBS_MODES)
+        check_choice("reward_mode", reward_mode, REWARD_MODES)
+        for cam in cameras:
+            check_choice("cameras", cam, CAMERAS)
+        if randomization or reality:
+            raise EnvError("env.randomization / env.reality: domain randomisation is not yet on the warp "
+                           "backend; allowed with env.backend=warp: null (or env.backend=cpu)")
+        if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+            raise EnvError(f"num_envs: expected a positive int, got {num_envs!r}")
+        substeps = round(1.0 / (control_hz * timestep)) if control_hz > 0 and timestep > 0 else 0
+        if substeps < 1 or abs(substeps * timestep * control_hz - 1.0) > 1e-6:
+            raise EnvError(f"control_hz/timestep: 1/(control_hz*timestep) must be a positive "
+                           f"integer, got control_hz={control_hz}, timestep={timestep}")
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        if self.device.type not in ("cpu", "cuda"):
+            raise EnvError(f"device: the warp backend runs on cpu or cuda, got {device!r}")
+        self.image_size, self.render_size = parse_size("image_size", image_size), parse_size("render_size", render_size)
+        self.task, self.obs_mode, self.reward_mode = task, obs_mode, reward_mode
+        self.cameras = tuple(cameras) if obs_mode == "rgb" else ()
+        self.substeps = int(substeps)
+        B = int(num_envs)
+        self.spec = EnvSpec(task=task.name, num_envs=B, action_dim=ACTION_DIM, state_dim=STATE_DIM,
+                            privileged_dim=task.privileged_dim,
+                            max_episode_steps=int(max_episode_steps or task.max_episode_steps),
+                            control_hz=float(control_hz), cameras=self.cameras, image_size=self.image_size)
+        self.model = build_model(dataclasses.replace(task.scene, timestep=timestep, image_size=self.image_size))
+        self._h = hd.Handles.from_model(self.model)
+        self.wp = wp = _warp()
+        import mujoco_warp as mjw
+
+        self.mjw = mjw
+        self._wdev = "cpu" if self.device.type == "cpu" else f"cuda:{self.device.index}"
+        self._stream = wp.Stream(self._wdev) if self.device.type == "cuda" else None
+        with self._on_warp():
+            self._m = mjw.put_model(self.model, batch_sizes={"geom_rgba": B})
+            self._d = mjw.put_data(self.model, mujoco.MjData(self.model), nworld=B, nconmax=NCONMAX, njmax=NJMAX)
+        t = wp.to_torch
+        self._qpos, self._qvel = t(self._d.qpos), t(self._d.qvel)  # float32 [B, nq], [B, nv]
+        self._ctrl, self._mocap = t(self._d.ctrl), t(self._d.mocap_pos)  # [B, nu], [B, nmocap, 3]
+        self._rgba = t(self._m.geom_rgba)  # float32 [B, ngeom, 4]
+        self._graph = None
+        self._contexts: dict[tuple[tuple[int, int], tuple[str, ...]], Any] = {}
+        self._elapsed = torch.zeros(B, dtype=torch.int64, device=self.device)
+        self._progress = torch.zeros(B, dtype=torch.float32, device=self.device)
+        self._instr: list[str] = [""] * B
+        self._ep: dict[str, np.ndarray] = {}  # episode variables on the host (instructions, labels, checkpoints)
+        self._ep_dev: dict[str, torch.Tensor] = {}  # the same on the device (the task's step hooks)
+        self._rng = np.random.default_rng(seed)
+        self._seeded = False
+        self.final_joint_state: tuple[np.ndarray, np.ndarray] | None = None
+        self.reset()
+
+    # ------------------------------------------------------------------ warp plumbing
+    @contextlib.contextmanager
+    def _on_warp(self) -> Iterator[None]:
+        """Run warp work on this env's device. On CUDA, warp's stream waits for torch's current
+        stream before and torch's waits for warp's after, so torch ops and kernels stay ordered."""
+        wp = self.wp
+        if self._stream is None:
+            with wp.ScopedDevice(self._wdev):
+                yield
+            return
+        caller = wp.stream_from_torch(torch.cuda.current_stream(self.device))
+        self._stream.wait_stream(caller)
+        with wp.ScopedStream(self._stream):
+            yield
+        caller.wait_stream(self._stream)
+
+    def _physics(self) -> None:
+        """`substeps` physics steps of every world (one CUDA graph launch after the first call)."""
+        wp, mjw = self.wp, self.mjw
+        with self._on_warp():
+            if self._stream is None:
+                for _ in range(self.substeps):
+                    mjw.step(self._m, self._d)
+            elif self._graph is None:
+                for _ in range(self.substeps):  # compiles and loads the kernels outside the capture
+                    mjw.step(self._m, self._d)
+                with wp.ScopedCapture(stream=self._stream) as cap:
+                    for _ in range(self.substeps):
+                        mjw.step(self._m, self._d)
+                self._graph = cap.graph
+            else:
+                wp.capture_launch(self._graph, stream=self._stream)
+
+    def _frames(self, size: tuple[int, int], cameras: tuple[str, ...]) -> dict[str, torch.Tensor]:
+        """uint8 [B, H, W, 3] frames of every world from each camera (views of the tracer's buffer)."""
+        key = (size, cameras)
+        if key not in self._contexts:
+            with self._on_warp():
+                rc = self.mjw.create_render_context(self.model, nworld=self.num_envs, cam_res=(size[1], size[0]),
+                                                    render_rgb=True, render_depth=False, cam_active=list(cameras),
+                                                    use_shadows=False)
+            ids = [mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, c) for c in cameras]
+            adr = rc.rgb_adr.numpy()
+            self._contexts[key] = (rc, {c: int(adr[i]) for c, i in zip(cameras, ids)})
+        rc, adr = self._contexts[key]
+        mjw = self.mjw
+        with self._on_warp():
+            mjw.kinematics(self._m, self._d)
+            mjw.camlight(self._m, self._d)
+            mjw.refit_bvh(self._m, self._d, rc)
+            mjw.render(self._m, self._d, rc)
+        packed = self.wp.to_torch(rc.rgb_data)  # uint32 [B, pixels of all cameras], bytes B, G, R, A
+        h, w = size
+        return {c: packed[:, a:a + h * w].view(torch.uint8).view(-1, h, w, 4)[..., [2, 1, 0]]
+                for c, a in adr.items()}
+
+    # ------------------------------------------------------------------ reading the worlds
+    def _read(self, rows: torch.Tensor | None = None) -> hd.SimView:
+        return hd.read(self._h, self._qpos, self._qvel, self._ctrl, self._mocap, rows)
+
+    def _ep_rows(self, rows: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        return self._ep_dev if rows is None else {k: v[rows] for k, v in self._ep_dev.items()}
+
+    def _obs(self, s: hd.SimView, ev: dict[str, torch.Tensor], rows: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """Observations of rows (None: all): state [n, 9], privileged [n, P], rgb_<cam> [n, H, W, 3]."""
+        out = {"state": state_obs(s), "privileged": self.task.privileged(s, self._ep_rows(rows), ev)}
+        if self.cameras:
+            for cam, img in self._frames(self.image_size, self.cameras).items():
+                out[f"rgb_{cam}"] = img if rows is None else img[rows]
+        return out
+
+    def _wrap(self, obs: dict[str, torch.Tensor], instr: list[str]) -> Obs:
+        return {**obs, "instruction": instr}
+
+    # ------------------------------------------------------------------ reset
+    def _reset_rows(self, ids: np.ndarray, ep: dict[str, np.ndarray]) -> None:
+        """Start new episodes in envs ids (sorted int64 [n]) from host episode variables [n, ...]."""
+        h, dev = self._h, self.device
+        rows = torch.from_numpy(ids).to(dev)
+        mask = torch.zeros(self.num_envs, dtype=torch.bool, device=dev)
+        mask[rows] = True
+        with self._on_warp():
+            self.mjw.reset_data(self._m, self._d, reset=self.wp.from_torch(mask))
+        e = {k: torch.as_tensor(v, device=dev, dtype=torch.float32 if v.dtype.kind == "f" else torch.int64)
+             for k, v in ep.items()}
+        tcp = hd.cols(h.tcp_qpos)
+        self._qpos[rows, tcp] = e["tcp"]
+        self._ctrl[rows, 0:3] = e["tcp"]
+        for f in h.finger_qpos:
+            self._qpos[rows, int(f)] = e["gap"] / 2
+        self._ctrl[rows, 3] = e["gap"]
+        for adr, pos, quat in ((h.cube_qpos, "cube_pos", "cube_quat"), (h.cube_b_qpos, "cube_b_pos", "cube_b_quat")):
+            if adr >= 0:
+                self._qpos[rows, adr:adr + 3] = e[pos]
+                self._qpos[rows, adr + 3:adr + 7] = e[quat]
+        for mocap, key in ((h.target_mocap, "target"), (h.goal_mocap, "goal")):
+            if mocap >= 0:
+                self._mocap[rows, mocap] = e[key]
+        palette = torch.as_tensor(COLOR_RGBA, device=dev)
+        for geom, key in ((h.cube_geom, "cube_color"), (h.cube_b_geom, "cube_b_color"), (h.target_geom, "target_color")):
+            if geom >= 0 and key in e:
+                self._rgba[rows, geom] = palette[e[key]]
+        self._elapsed[rows] = 0
+        for k, v in ep.items():
+            if k not in self._ep:
+                self._ep[k] = np.zeros((self.num_envs, *v.shape[1:]), v.dtype)
+                self._ep_dev[k] = torch.zeros((self.num_envs, *v.shape[1:]), dtype=e[k].dtype, device=dev)
+            self._ep[k][ids] = v
+            self._ep_dev[k][rows] = e[k]
+        s, ep_rows = self._read(rows), self._ep_rows(rows)
+        self._progress[rows] = self.task.progress(s, ep_rows, self.task.evaluate(s, ep_rows)).float()
+        for j, i in enumerate(ids):
+            self._instr[i] = self.task.instruction(ep, j)
+
+    def reset(self, seed: Seed = None, env_ids: torch.Tensor | None = None) -> tuple[Obs, dict]:
+        ids = parse_env_ids(env_ids, self.num_envs)
+        if seed is None:
+            ep = self.task.sample_episode(self._rng, len(ids))
+        else:
+            seeds = parse_seeds(seed, len(ids))
+            ep = sample_seeded(self.task.sample_episode, seeds)
+            if not self._seeded:
+                self._rng, self._seeded = stream_from(seeds), True
+        if len(ids):
+            order = np.argsort(ids, kind="stable")
+            self._reset_rows(ids[order], {k: v[order] for k, v in ep.items()})
+        s = self._read()
+        obs = self._obs(s, self.task.evaluate(s, self._ep_dev), None)
+        return self._wrap(obs, list(self._instr)), {}
+
+    # ------------------------------------------------------------------ stepping
+    def _actions(self, action: torch.Tensor, chunk: bool = False) -> torch.Tensor:
+        """Checked actions, float32 on the device, clipped to [-1, 1]; EnvError on bad input."""
+        ok = (isinstance(action, torch.Tensor) and action.is_floating_point()
+              and action.dim() == (3 if chunk else 2) and action.shape[0] == self.num_envs
+              and action.shape[-1] == ACTION_DIM)
+        a = action.detach().to(self.device, torch.float32) if ok else None
+        if a is None or not bool(torch.isfinite(a).all()):
+            check_action(action, self.spec, chunk=chunk)  # raises with the contract's message
+        return a.clamp(-1.0, 1.0)
+
+    def _advance(self, a: torch.Tensor):
+        """One control step of every world with actions a [B, 4]: (SimView, evaluation, reward f32
+        [B], terminated [B], truncated [B]), all on the device."""
+        apply_action(a, self._qpos[:, hd.cols(self._h.tcp_qpos)], self._ctrl)
+        self._physics()
+        self._elapsed += 1
+        s = self._read()
+        ev = self.task.evaluate(s, self._ep_dev)
+        progress = self.task.progress(s, self._ep_dev, ev).float()
+        success = ev["success"].float()
+        if self.reward_mode == "dense":
+            reward = progress - self._progress + SUCCESS_BONUS * success
+        elif self.reward_mode == "staged":
+            reward = torch.where(ev["success"], 1.0, progress)
+        else:
+            reward = success
+        self._progress.copy_(progress)
+        term = ev["success"] | ev["fail"]
+        trunc = (self._elapsed >= self.spec.max_episode_steps) & ~term
+        return s, ev, reward, term, trunc
+
+    def _auto_reset(self, obs: dict[str, torch.Tensor], done_ids: np.ndarray) -> None:
+        """Reset envs done_ids from the episode stream and write their first obs into obs (rows)."""
+        self.final_joint_state = self.joint_state()
+        self._reset_rows(done_ids, self.task.sample_episode(self._rng, len(done_ids)))
+        rows = torch.from_numpy(done_ids).to(self.device)
+        s = self._read(rows)
+        for k, v in self._obs(s, self.task.evaluate(s, self._ep_rows(rows)), rows).items():
+            obs[k][rows] = v
+
+    def step(self, action: torch.Tensor) -> StepResult:
+        s, ev, reward, term, trunc = self._advance(self._actions(action))
+        obs = self._obs(s, ev, None)
+        instr = list(self._instr)
+        done = (term | trunc).cpu().numpy()  # the step's one read-back
+        final = None
+        if done.any():
+            final = self._wrap(obs, instr)
+            obs = {k: v.clone() for k, v in obs.items()}
+            self._auto_reset(obs, np.flatnonzero(done))
+            instr = list(self._instr)
+        return StepResult(obs=self._wrap(obs, instr), reward=reward, terminated=term, truncated=trunc,
+                          info=dict(ev), final_obs=final)
+
+    def chunk_step(self, actions: torch.Tensor) -> ChunkStepResult:
+        """K substeps; every world steps each substep (a finished world's later substeps are
+        discarded and it is reset after the chunk, as on the C backend, where it stops)."""
+        a = self._actions(actions, chunk=True)
+        B, K = a.shape[:2]
+        dev = self.device
+        reward = torch.zeros((B, K), dtype=torch.float32, device=dev)
+        term, trunc, valid = (torch.zeros((B, K), dtype=torch.bool, device=dev) for _ in range(3))
+        info: dict[str, torch.Tensor] = {}
+        active = np.ones(B, bool)
+        final_obs: dict[str, torch.Tensor] | None = None
+        final_instr = list(self._instr)
+        for k in range(K):
+            act = torch.from_numpy(active).to(dev)
+            s, ev, r, te, tr = self._advance(a[:, k])
+            valid[:, k] = act
+            reward[:, k] = torch.where(act, r, 0.0)
+            term[:, k], trunc[:, k] = te & act, tr & act
+            for name, v in ev.items():
+                info.setdefault(name, torch.zeros((B, K), dtype=v.dtype, device=dev))[:, k] = torch.where(act, v, 0)
+            fin = np.flatnonzero(((te | tr) & act).cpu().numpy())  # the substep's one read-back
+            if len(fin):
+                rows = torch.from_numpy(fin).to(dev)
+                obs_k = self._obs(s, ev, None)
+                if final_obs is None:
+                    final_obs = {key: torch.zeros_like(v) for key, v in obs_k.items()}
+                for key, v in obs_k.items():
+                    final_obs[key][rows] = v[rows]
+                active[fin] = False
+                if not active.any():
+                    break
+        s = self._read()
+        obs = self._obs(s, self.task.evaluate(s, self._ep_dev), None)
+        instr = list(self._instr)
+        final = None
+        if final_obs is not None:
+            done_rows = torch.from_numpy(np.flatnonzero(~active)).to(dev)
+            merged = {k: v.clone() for k, v in obs.items()}
+            for key, v in final_obs.items():
+                merged[key][done_rows] = v[done_rows]
+            final = self._wrap(merged, final_instr)
+            obs = {k: v.clone() for k, v in obs.items()}
+            self._auto_reset(obs, np.flatnonzero(~active))
+            instr = list(self._instr)
+        return ChunkStepResult(obs=self._wrap(obs, instr), reward=reward, terminated=term, truncated=trunc,
+                               info=info, valid=valid, final_obs=final)
+
+    # ------------------------------------------------------------------ checkpoints
+    JOINT_NAMES = ("x", "y", "z", "finger_left", "finger_right")
+    _STATE = ("qpos", "qvel", "ctrl", "mocap_pos", "mocap_quat", "qacc_warmstart", "act")
+
+    def joint_state(self) -> tuple[np.ndarray, np.ndarray]:
+        """Positions and velocities float64 [B, 5] of the gripper's joints (JOINT_NAMES), on the host."""
+        h = self._h
+        cols_q = np.concatenate([h.tcp_qpos, h.finger_qpos])
+        cols_v = np.concatenate([h.tcp_qvel, h.finger_qvel])
+        return (self._qpos[:, cols_q].double().cpu().numpy(), self._qvel[:, cols_v].double().cpu().numpy())
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"task": self.spec.task, "num_envs": self.num_envs, "backend": "warp",
+                                 "elapsed_steps": self._elapsed.cpu().numpy(), "instructions": list(self._instr),
+                                 "rng_state": json.dumps(self._rng.bit_generator.state),
+                                 "rng_seeded": int(self._seeded)}
+        for name in self._STATE:
+            state[f"physics.{name}"] = self.wp.to_torch(getattr(self._d, name)).cpu().numpy().copy()
+        state["geom_rgba"] = self._rgba.cpu().numpy().copy()
+        for k, v in self._ep.items():
+            state[f"episode.{k}"] = v.copy()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("task") != self.spec.task or int(state.get("num_envs", -1)) != self.num_envs:
+            raise EnvError(f"state_dict: saved for {state.get('task')} x {state.get('num_envs')}, "
+                           f"this env is {self.spec.task} x {self.num_envs}")
+        if state.get("backend") != "warp":
+            raise EnvError("state_dict: saved by the C MuJoCo backend; resume with env.backend=cpu")
+        for name in self._STATE:
+            view = self.wp.to_torch(getattr(self._d, name))
+            view.copy_(torch.as_tensor(np.asarray(state[f"physics.{name}"])).to(view))
+        self._rgba.copy_(torch.as_tensor(np.asarray(state["geom_rgba"])).to(self._rgba))
+        self._elapsed.copy_(torch.as_tensor(np.asarray(state["elapsed_steps"], np.int64)))
+        self._instr = [str(x) for x in state["instructions"]]
+        for key, v in state.items():
+            if key.startswith("episode."):
+                arr = np.array(v)
+                self._ep[key[len("episode."):]] = arr
+                self._ep_dev[key[len("episode."):]] = torch.as_tensor(
+                    arr, dtype=torch.float32 if arr.dtype.kind == "f" else torch.int64, device=self.device)
+        rng = np.random.default_rng()
+        rng.bit_generator.state = json.loads(state["rng_state"])
+        self._rng, self._seeded = rng, bool(int(state["rng_seeded"]))
+        s = self._read()
+        self._progress.copy_(self.task.progress(s, self._ep_dev, self.task.evaluate(s, self._ep_dev)).float())
+
+    # ------------------------------------------------------------------ rendering
+    def task_labels(self) -> list[str]:
+        return [self.task.label(self._ep, i) for i in range(self.num_envs)]
+
+    def render(self, env_ids: Sequence[int] | None = None, camera: str | None = None) -> torch.Tensor:
+        """uint8 [n, H, W, 3] frames at render_size of envs env_ids (default all), on the host."""
+        camera = camera or (self.cameras[0] if self.cameras else "front")
+        check_choice("camera", camera, CAMERAS)
+        ids = torch.from_numpy(parse_env_ids(env_ids, self.num_envs)).to(self.device)
+        return self._frames(self.render_size, (camera,))[camera][ids].cpu()
+
+    def close(self) -> None:
+        self._contexts.clear()
+        self._graph = None
