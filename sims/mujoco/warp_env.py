@@ -5,7 +5,7 @@ The same task files as the C backend (sims/mujoco/tasks): their step hooks (`eva
 arrays (`wp.to_torch`), on `device` (CUDA, or warp's CPU device for development and tests).
 
 Per control step on the device: the action becomes actuator targets, `substeps` physics steps
-run (captured once as a CUDA graph on a GPU), the task's success, failure, progress and reward,
+run (captured once as a graph), the task's success, failure, progress and reward,
 the observations, and RGB frames of the task's cameras from MuJoCo Warp's batched ray tracer.
 
 Read back to the host each step (the only device-to-host copies): the done flags, bool [B] (one
@@ -139,13 +139,11 @@ class WarpVecEnv(VecEnv):
         caller.wait_stream(self._stream)
 
     def _physics(self) -> None:
-        """`substeps` physics steps of every world (one CUDA graph launch after the first call)."""
+        """`substeps` physics steps of every world: one graph launch after the first call (a CUDA
+        graph on a GPU; on warp's CPU device a recorded graph, which saves the launch overhead)."""
         wp, mjw = self.wp, self.mjw
         with self._on_warp():
-            if self._stream is None:
-                for _ in range(self.substeps):
-                    mjw.step(self._m, self._d)
-            elif self._graph is None:
+            if self._graph is None:
                 for _ in range(self.substeps):  # compiles and loads the kernels outside the capture
                     mjw.step(self._m, self._d)
                 with wp.ScopedCapture(stream=self._stream) as cap:
@@ -154,6 +152,15 @@ class WarpVecEnv(VecEnv):
                 self._graph = cap.graph
             else:
                 wp.capture_launch(self._graph, stream=self._stream)
+
+    def _draw(self, rc: Any) -> None:
+        """Positions of every body, camera and light from qpos, then one ray-traced frame per world
+        and active camera into rc's buffer."""
+        mjw = self.mjw
+        mjw.kinematics(self._m, self._d)
+        mjw.camlight(self._m, self._d)
+        mjw.refit_bvh(self._m, self._d, rc)
+        mjw.render(self._m, self._d, rc)
 
     def _frames(self, size: tuple[int, int], cameras: tuple[str, ...]) -> dict[str, torch.Tensor]:
         """uint8 [B, H, W, 3] frames of every world from each camera (views of the tracer's buffer)."""
@@ -165,14 +172,14 @@ class WarpVecEnv(VecEnv):
                                                     use_shadows=False)
             ids = [mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, c) for c in cameras]
             adr = rc.rgb_adr.numpy()
-            self._contexts[key] = (rc, {c: int(adr[i]) for c, i in zip(cameras, ids)})
-        rc, adr = self._contexts[key]
-        mjw = self.mjw
+            with self._on_warp():
+                self._draw(rc)  # loads the kernels outside the capture
+                with self.wp.ScopedCapture(stream=self._stream) as cap:
+                    self._draw(rc)
+            self._contexts[key] = (rc, {c: int(adr[i]) for c, i in zip(cameras, ids)}, cap.graph)
+        rc, adr, graph = self._contexts[key]
         with self._on_warp():
-            mjw.kinematics(self._m, self._d)
-            mjw.camlight(self._m, self._d)
-            mjw.refit_bvh(self._m, self._d, rc)
-            mjw.render(self._m, self._d, rc)
+            self.wp.capture_launch(graph, stream=self._stream)
         packed = self.wp.to_torch(rc.rgb_data)  # uint32 [B, pixels of all cameras], bytes B, G, R, A
         h, w = size
         return {c: packed[:, a:a + h * w].view(torch.uint8).view(-1, h, w, 4)[..., [2, 1, 0]]
