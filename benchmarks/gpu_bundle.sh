@@ -58,6 +58,29 @@ find "$SITE" -name '__pycache__' -prune -exec rm -rf {} +
 tar -C "$SITE" -cf - . | xz -T0 -6 > "$OUT/gpu-site.tar.xz"
 echo "gpu_bundle: $OUT/gpu-site.tar.xz $(du -m "$OUT/gpu-site.tar.xz" | cut -f1) MB ($(du -sm "$SITE" | cut -f1) MB unpacked)"
 
+# MuJoCo Warp (env.backend=warp) and PyAV (the demo pipeline's datasets), for the warp parts of the
+# check: warp-lang's library is 81 MB compressed, more than one device call carries (64 MiB), so
+# the archive is cut into 45 MB pieces, .whl/warp-site.tar.xz.part*, that travel one call each
+# into one folder there; gpu_machine.sh joins and unpacks them. warp-clang (warp's CPU compiler)
+# and warp's examples and tests stay behind: the GPU machine compiles with NVRTC.
+WSPECS=()
+for p in mujoco-warp warp-lang array-api-compat av; do
+    s=$(pin "$p"); [ -n "$s" ] || { echo "gpu_bundle: $p is not pinned in constraints.txt" >&2; exit 2; }
+    WSPECS+=("$s")
+done
+env -u PIP_CONSTRAINT python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp "${PLAT[@]}" --platform any -d "$DL" "${WSPECS[@]}"
+WSITE=.cache/gpu-bundle/site-warp
+rm -rf "$WSITE" && mkdir -p "$WSITE"
+for w in "$DL"/mujoco_warp-*.whl "$DL"/warp_lang-*.whl "$DL"/array_api_compat-*.whl "$DL"/av-*.whl; do
+    python3 -m zipfile -e "$w" "$WSITE"
+done
+rm -rf "$WSITE"/warp/bin/warp-clang.so "$WSITE"/warp/examples "$WSITE"/warp/tests "$WSITE"/mujoco_warp/test_data
+find "$WSITE" -name '__pycache__' -prune -exec rm -rf {} +
+rm -f "$OUT"/warp-site.tar.xz.part*
+tar -C "$WSITE" -cf - . | xz -T0 -6 | split -b 45m - "$OUT/warp-site.tar.xz.part"
+echo "gpu_bundle: $(ls "$OUT"/warp-site.tar.xz.part* | wc -l) pieces of $OUT/warp-site.tar.xz ($(du -sm "$WSITE" | cut -f1) MB unpacked)"
+
 # SAPIEN's GPU PhysX (libPhysXGpu_64.so): SAPIEN downloads it from github.com on the first physx_cuda
 # env; a machine that cannot reach github.com needs it carried. The version is sapien.physx.version()
 # of the pinned SAPIEN (3.0.3). Where github.com cannot be reached from here either, the bundle goes

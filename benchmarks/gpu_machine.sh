@@ -16,6 +16,13 @@ fi
 if [ -f "$BUNDLE/.whl/gpu-site.tar.xz" ] && [ ! -d /tmp/gpu-site/mani_skill ]; then
     mkdir -p /tmp/gpu-site && tar -xJf "$BUNDLE/.whl/gpu-site.tar.xz" -C /tmp/gpu-site
 fi
+# MuJoCo Warp and PyAV, in pieces (gpu_bundle.sh); WARP_PIECES names the folder that holds them when
+# they came in separate calls (default: the bundle's .whl)
+PIECES=${WARP_PIECES:-$BUNDLE/.whl}
+if ls "$PIECES"/warp-site.tar.xz.part* >/dev/null 2>&1 && [ ! -d /tmp/gpu-site/mujoco_warp ]; then
+    mkdir -p /tmp/gpu-site && cat "$PIECES"/warp-site.tar.xz.part* | xz -d | tar -x -C /tmp/gpu-site
+fi
+export WARP_CACHE_PATH=${WARP_CACHE_PATH:-/tmp/warp-cache}
 for z in "$BUNDLE"/.whl/physx-*.zip; do  # SAPIEN's GPU PhysX, where SAPIEN looks for it
     [ -f "$z" ] || continue
     v=$(basename "$z" .zip); v=${v#physx-}

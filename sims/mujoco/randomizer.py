@@ -24,7 +24,7 @@ from mujoco.batch import Batch
 from sims.mujoco.handles import Handles
 from sims.mujoco.randomization import Randomization
 
-_TAG = 0xD0  # separates the randomisation's generators from the episode sampler's
+SEED_TAG = 0xD0  # separates the randomisation's generators from the episode sampler's
 OBJECT_GEOMS = ("cube", "target", "goal", "target_pole", "goal_pole")
 
 
@@ -50,7 +50,7 @@ class Randomizer:
                  num_envs: int, seed: int | None):
         self.r, self.model, self.batch, self.h = r, model, batch, h
         self.params = r.nominal(num_envs)
-        self.rng = np.random.default_rng(None if seed is None else np.random.SeedSequence([seed, _TAG]))
+        self.rng = np.random.default_rng(None if seed is None else np.random.SeedSequence([seed, SEED_TAG]))
         if r.has("friction"):
             self._friction = batch.expand("geom_friction")  # [B, ngeom, 3]
         if r.has("mass"):
@@ -67,7 +67,7 @@ class Randomizer:
         if seeds is None:
             values = self.r.sample(self.rng, len(ids))
         else:
-            per = [self.r.sample(np.random.default_rng(np.random.SeedSequence([s, _TAG])), 1)
+            per = [self.r.sample(np.random.default_rng(np.random.SeedSequence([s, SEED_TAG])), 1)
                    for s in seeds]
             values = {k: np.concatenate([p[k] for p in per]) for k in per[0]} if per else {}
         for k, v in values.items():
@@ -76,7 +76,7 @@ class Randomizer:
 
     def reseed(self, seeds: list[int]) -> None:
         """Restart the stream from a seeded reset's seeds (as the env's episode stream does)."""
-        self.rng = np.random.default_rng(np.random.SeedSequence([*seeds, 0x5EED, _TAG]))
+        self.rng = np.random.default_rng(np.random.SeedSequence([*seeds, 0x5EED, SEED_TAG]))
 
     def apply_physics(self, ids: np.ndarray) -> None:
         """Write the physics knobs of envs ids into the batch's per-simulation model fields."""

@@ -14,7 +14,8 @@ their next episodes on the host from the task's seeded numpy sampler, the same d
 backend, so equal seeds give equal initial states; their rows are then written on the device.
 Instructions are host strings. Per-env colours are a batched `geom_rgba`.
 
-Not yet on this backend: domain randomisation (`randomization`, `reality`): refused in one line.
+Domain randomisation: the C backend's draws applied on the device (sims/mujoco/warp_randomizer.py);
+the camera and light knobs are not on this backend yet and are refused in one line.
 """
 
 from __future__ import annotations
@@ -33,10 +34,12 @@ import torch
 
 from sims.mujoco import handles as hd
 from sims.mujoco.control import ACTION_DIM, apply_action
+from sims.mujoco.randomization import RandomizationError, resolve
 from sims.mujoco.env import CAMERAS, OBS_MODES, REWARD_MODES, SUCCESS_BONUS, check_choice, parse_size
 from sims.mujoco.scene import COLOR_RGBA, build_model
 from sims.mujoco.seeding import parse_env_ids, parse_seeds, sample_seeded, stream_from
 from sims.mujoco.tasks.base import STATE_DIM, Task, state_obs
+from sims.mujoco.warp_randomizer import BATCHED, WARP_KNOBS, WarpRandomizer, unsupported
 from sims.vecenv import ChunkStepResult, EnvError, EnvSpec, Obs, Seed, StepResult, VecEnv, check_action
 
 NCONMAX = 48  # contacts per world: two boxes on a plane and between the fingers, with room
@@ -72,9 +75,13 @@ class WarpVecEnv(VecEnv):
         check_choice("reward_mode", reward_mode, REWARD_MODES)
         for cam in cameras:
             check_choice("cameras", cam, CAMERAS)
-        if randomization or reality:
-            raise EnvError("env.randomization / env.reality: domain randomisation is not yet on the warp "
-                           "backend; allowed with env.backend=warp: null (or env.backend=cpu)")
+        try:
+            dr = resolve(randomization, reality)
+        except RandomizationError as e:
+            raise EnvError(str(e)) from None
+        if dr is not None and unsupported(dr):
+            raise EnvError(f"env.randomization: {', '.join(unsupported(dr))} not yet on the warp backend; allowed "
+                           f"with env.backend=warp: {', '.join(WARP_KNOBS)} (or env.backend=cpu)")
         if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise EnvError(f"num_envs: expected a positive int, got {num_envs!r}")
         substeps = round(1.0 / (control_hz * timestep)) if control_hz > 0 and timestep > 0 else 0
@@ -103,13 +110,18 @@ class WarpVecEnv(VecEnv):
         self.mjw = mjw
         self._wdev = "cpu" if self.device.type == "cpu" else f"cuda:{self.device.index}"
         self._stream = wp.Stream(self._wdev) if self.device.type == "cuda" else None
+        batched = {"geom_rgba": B}
+        for knob, names in BATCHED.items():
+            if dr is not None and dr.has(knob):
+                batched.update({name: B for name in names})
         with self._on_warp():
-            self._m = mjw.put_model(self.model, batch_sizes={"geom_rgba": B})
+            self._m = mjw.put_model(self.model, batch_sizes=batched)
             self._d = mjw.put_data(self.model, mujoco.MjData(self.model), nworld=B, nconmax=NCONMAX, njmax=NJMAX)
         t = wp.to_torch
         self._qpos, self._qvel = t(self._d.qpos), t(self._d.qvel)  # float32 [B, nq], [B, nv]
         self._ctrl, self._mocap = t(self._d.ctrl), t(self._d.mocap_pos)  # [B, nu], [B, nmocap, 3]
         self._rgba = t(self._m.geom_rgba)  # float32 [B, ngeom, 4]
+        self._rgba_nominal = torch.as_tensor(self.model.geom_rgba, dtype=torch.float32, device=self.device)
         self._graph = None
         self._contexts: dict[tuple[tuple[int, int], tuple[str, ...]], Any] = {}
         self._elapsed = torch.zeros(B, dtype=torch.int64, device=self.device)
@@ -120,6 +132,10 @@ class WarpVecEnv(VecEnv):
         self._rng = np.random.default_rng(seed)
         self._seeded = False
         self.final_joint_state: tuple[np.ndarray, np.ndarray] | None = None
+        self._dr = None
+        if dr is not None:
+            fields = {name: t(getattr(self._m, name)) for name in batched if name != "geom_rgba"}
+            self._dr = WarpRandomizer(dr, self.model, self._h, B, seed, fields, self._set_const, self.device)
         self.reset()
 
     # ------------------------------------------------------------------ warp plumbing
@@ -152,6 +168,11 @@ class WarpVecEnv(VecEnv):
                 self._graph = cap.graph
             else:
                 wp.capture_launch(self._graph, stream=self._stream)
+
+    def _set_const(self) -> None:
+        """Recompute the model's derived constants of every world (after body masses changed)."""
+        with self._on_warp():
+            self.mjw.set_const(self._m, self._d)
 
     def _draw(self, rc: Any) -> None:
         """Positions of every body, camera and light from qpos, then one ray-traced frame per world
@@ -198,15 +219,20 @@ class WarpVecEnv(VecEnv):
         if self.cameras:
             for cam, img in self._frames(self.image_size, self.cameras).items():
                 out[f"rgb_{cam}"] = img if rows is None else img[rows]
+        if self._dr is not None:
+            self._dr.observe(out, rows, STATE_DIM)
         return out
 
     def _wrap(self, obs: dict[str, torch.Tensor], instr: list[str]) -> Obs:
         return {**obs, "instruction": instr}
 
     # ------------------------------------------------------------------ reset
-    def _reset_rows(self, ids: np.ndarray, ep: dict[str, np.ndarray]) -> None:
-        """Start new episodes in envs ids (sorted int64 [n]) from host episode variables [n, ...]."""
+    def _reset_rows(self, ids: np.ndarray, ep: dict[str, np.ndarray], seeds: list[int] | None = None) -> None:
+        """Start new episodes in envs ids (sorted int64 [n]) from host episode variables [n, ...];
+        seeds [n] (or None: the stream) draw their randomisation."""
         h, dev = self._h, self.device
+        if self._dr is not None:
+            self._dr.draw(ids, seeds)
         rows = torch.from_numpy(ids).to(dev)
         mask = torch.zeros(self.num_envs, dtype=torch.bool, device=dev)
         mask[rows] = True
@@ -228,9 +254,13 @@ class WarpVecEnv(VecEnv):
             if mocap >= 0:
                 self._mocap[rows, mocap] = e[key]
         palette = torch.as_tensor(COLOR_RGBA, device=dev)
+        self._rgba[rows] = self._rgba_nominal  # the model's colours, then the episode's, then DR's offsets
         for geom, key in ((h.cube_geom, "cube_color"), (h.cube_b_geom, "cube_b_color"), (h.target_geom, "target_color")):
             if geom >= 0 and key in e:
                 self._rgba[rows, geom] = palette[e[key]]
+        if self._dr is not None:
+            self._dr.recolor(ids, self._rgba)
+            self._dr.reset_queue(ids, hd.gap_to_cmd(ep["gap"]))
         self._elapsed[rows] = 0
         for k, v in ep.items():
             if k not in self._ep:
@@ -245,6 +275,7 @@ class WarpVecEnv(VecEnv):
 
     def reset(self, seed: Seed = None, env_ids: torch.Tensor | None = None) -> tuple[Obs, dict]:
         ids = parse_env_ids(env_ids, self.num_envs)
+        seeds = None
         if seed is None:
             ep = self.task.sample_episode(self._rng, len(ids))
         else:
@@ -252,9 +283,12 @@ class WarpVecEnv(VecEnv):
             ep = sample_seeded(self.task.sample_episode, seeds)
             if not self._seeded:
                 self._rng, self._seeded = stream_from(seeds), True
+                if self._dr is not None:
+                    self._dr.reseed(seeds)
         if len(ids):
             order = np.argsort(ids, kind="stable")
-            self._reset_rows(ids[order], {k: v[order] for k, v in ep.items()})
+            self._reset_rows(ids[order], {k: v[order] for k, v in ep.items()},
+                             None if seeds is None else [seeds[i] for i in order])
         s = self._read()
         obs = self._obs(s, self.task.evaluate(s, self._ep_dev), None)
         return self._wrap(obs, list(self._instr)), {}
@@ -273,6 +307,8 @@ class WarpVecEnv(VecEnv):
     def _advance(self, a: torch.Tensor):
         """One control step of every world with actions a [B, 4]: (SimView, evaluation, reward f32
         [B], terminated [B], truncated [B]), all on the device."""
+        if self._dr is not None:
+            a = self._dr.action(a)
         apply_action(a, self._qpos[:, hd.cols(self._h.tcp_qpos)], self._ctrl)
         self._physics()
         self._elapsed += 1
@@ -382,6 +418,8 @@ class WarpVecEnv(VecEnv):
         state["geom_rgba"] = self._rgba.cpu().numpy().copy()
         for k, v in self._ep.items():
             state[f"episode.{k}"] = v.copy()
+        if self._dr is not None:
+            state.update(self._dr.state_dict())
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -405,6 +443,11 @@ class WarpVecEnv(VecEnv):
         rng = np.random.default_rng()
         rng.bit_generator.state = json.loads(state["rng_state"])
         self._rng, self._seeded = rng, bool(int(state["rng_seeded"]))
+        if (self._dr is None) != ("randomization.queue" not in state):
+            raise EnvError("state_dict: saved with" + ("" if self._dr is None else "out")
+                           + " domain randomisation; build the env with the same randomization/reality")
+        if self._dr is not None:
+            self._dr.load_state_dict(state)
         s = self._read()
         self._progress.copy_(self.task.progress(s, self._ep_dev, self.task.evaluate(s, self._ep_dev)).float())
 
