@@ -205,7 +205,7 @@ def part_warp_ppo(limit: float) -> None:
 
     run = ROOT / "runs" / "gpu_check_warp_ppo"
     cmd = [sys.executable, "-m", "embodied.cli", "train", str(ROOT / "configs/ppo/quickstart.yaml"), *WARP_PPO,
-           f"train.run_dir={run}"]
+           f"train.run_dir={run}", "--overwrite"]
     pat = re.compile(r"step (\d+): eval success ([0-9.]+)")
 
     def ours(line: str):

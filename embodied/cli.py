@@ -18,6 +18,22 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 from embodied.config_loader import config_names, find_config  # noqa: E402  (imports nothing heavy)
 
 
+def refuse_or_clear(run: Path, overwrite: bool) -> None:
+    """A fresh `train` into a directory that already holds a run: a one-line error naming how to
+    continue it, unless --overwrite, which removes the old run first (so two runs never mix their
+    checkpoints, TensorBoard events and videos)."""
+    if not run.is_dir() or not any(run.iterdir()):
+        return
+    if not overwrite:
+        from embodied.config_loader import ConfigError
+
+        raise ConfigError(f"train.run_dir: {run} already holds a run; continue it with `train --resume {run}`, "
+                          f"choose another train.run_dir, or add --overwrite to replace it")
+    import shutil
+
+    shutil.rmtree(run)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from embodied.config import load_config
     from embodied.rl.train import train
@@ -29,6 +45,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg, resume = resume_config(args.resume, args.overrides)
     else:  # no CONFIG: the defaults of embodied/config.py
         cfg = load_config(find_config(args.config) if args.config else None, args.overrides)
+        refuse_or_clear(Path(cfg.train.run_dir), args.overwrite)
     from embodied.run.stop import no_empty_dirs
 
     with no_empty_dirs(cfg.train.run_dir):
@@ -172,6 +189,8 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("config", nargs="?", help="YAML config (path or name in configs/)")
     t.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. ppo.lr=1e-3")
     t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
+    t.add_argument("--overwrite", action="store_true",
+                   help="replace what train.run_dir holds (a fresh run into a used directory is refused otherwise)")
     t.set_defaults(fn=cmd_train)
     e = sub.add_parser("eval", help="evaluate a checkpoint on fixed seeds")
     e.add_argument("checkpoint", help="checkpoint, checkpoints/ or run directory of `embodied train`, or "

@@ -175,3 +175,20 @@ def test_a_benchmark_holds_its_tasks():
     assert not same_task("metaworld:MT10/push-v3", "metaworld:MT10/reach-v3")
     assert not same_task("metaworld:MT1", "metaworld:MT10/push-v3")
     assert not same_task("Reach", "PushCube")
+
+
+def test_fresh_train_into_a_used_run_dir_is_refused(tmp_path, capsys):
+    """A second `train` into a directory holding a run ends in one line (exit 2) naming --resume and
+    --overwrite, and touches nothing; --overwrite replaces the old run instead of mixing the two."""
+    run = tmp_path / "run"
+    args = ["train", *TINY, "train.total_steps=256", "train.save_every=1", f"train.run_dir={run}"]
+    assert main(args) == 0
+    before = {p: p.stat().st_mtime_ns for p in run.rglob("*")}
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "already holds a run" in err and "--resume" in err and "--overwrite" in err and err.count("\n") == 1
+    assert {p: p.stat().st_mtime_ns for p in run.rglob("*")} == before
+    (run / "checkpoints" / "iter_000099").mkdir()  # a stale checkpoint of the old run
+    assert main(args + ["--overwrite"]) == 0
+    assert not (run / "checkpoints" / "iter_000099").exists()
