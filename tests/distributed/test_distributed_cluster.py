@@ -21,6 +21,7 @@ TINY = ["env.task=PushCube", "env.num_envs=8", "ppo.rollout_steps=8", "ppo.minib
         "policy.hidden_sizes=[32,32]", "train.torch_threads=1"]
 
 
+@pytest.mark.scale  # about 1 min: `make bench-scale`; the suite places env workers on namespace hosts (test_distributed_hosts.py)
 def test_env_workers_on_the_labelled_node():
     cluster = cluster_utils.Cluster(initialize_head=True, head_node_args={
         "num_cpus": 2, "include_dashboard": False, "node_ip_address": "127.0.0.1"})

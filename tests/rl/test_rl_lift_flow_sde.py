@@ -25,6 +25,7 @@ from rl_lift import lift, sparse_eval
 
 
 @pytest.mark.slow
+@pytest.mark.scale  # about 1.5 min: `make bench-scale`, not `make test`
 def test_flow_sde_lifts_an_imitation_of_a_slow_demonstrator(build_once, tmp_path):
     # evaluated at iteration 40 and the last (43): where the config's last two evaluations fall
     out = lift("lift_point_flow_sde", 0, tmp_path, build_once, overrides=sparse_eval(40))

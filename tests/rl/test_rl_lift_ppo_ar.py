@@ -26,6 +26,7 @@ from rl_lift import lift, sparse_eval
 
 
 @pytest.mark.slow
+@pytest.mark.scale  # about 2.5 min: `make bench-scale`, not `make test`
 def test_token_ppo_lifts_the_ar_vla(build_once, tmp_path):
     # evaluated at iteration 32 and the last (40): where the config's last two evaluations fall
     out = lift("lift_point_ppo_ar", 0, tmp_path, build_once, overrides=sparse_eval(32))

@@ -112,6 +112,7 @@ def test_errors_are_one_line(monkeypatch, tmp_path):
     _one_line_error(lambda: expert_for(TASK), "planner venv", "make maniskill")
 
 
+@pytest.mark.scale  # about 1 min: `make bench-scale`, not `make test`
 def test_vla_pipeline_runs_on_maniskill(tmp_path):
     """configs/pipeline/pipeline_ms_pickcube.yaml on a tiny budget: mplib demos with RGB, SFT of a flow
     VLA with ManiSkill's widths (state 18, action 8), PPO with Flow-Noise, evaluation."""
