@@ -316,3 +316,14 @@ def test_sparse_reward():
         r = env.step(torch.from_numpy(expert(obs["privileged"].numpy())))
         assert torch.equal(r.reward, r.info["success"].float())
         obs = r.obs
+
+
+def test_unknown_task_suggests_the_closest_and_names_every_family():
+    with pytest.raises(EnvError) as e:
+        make_env("Pushcube", 2)
+    msg = str(e.value)
+    assert "did you mean 'PushCube'?" in msg and "\n" not in msg
+    assert all(f in msg for f in ("ms:", "libero:", "metaworld:", "multi:", "wm:"))
+    with pytest.raises(EnvError, match="unknown task 'FlyToMoon'; allowed") as e:
+        make_env("FlyToMoon", 2)
+    assert "did you mean" not in str(e.value)

@@ -49,7 +49,14 @@ def task_class(task: str) -> type:
 
     tasks = task_classes()
     if task not in tasks:
-        raise EnvError(f"task: unknown task {task!r}; allowed: {', '.join(sorted(tasks))}")
+        import difflib
+
+        lower = {t.lower(): t for t in tasks}
+        close = difflib.get_close_matches(task.lower(), lower, n=1, cutoff=0.6)
+        hint = f"did you mean {lower[close[0]]!r}? " if close else ""
+        raise EnvError(f"task: unknown task {task!r}; {hint}allowed: the MuJoCo tasks {', '.join(sorted(tasks))}; "
+                       f"other families by prefix: ms:<ManiSkill env id>, libero:<suite>[/<task>], "
+                       f"metaworld:<MT10|MT50|task>, multi:<A>+<B>, wm:<world model dir> (`embodied list`)")
     return tasks[task]
 
 
