@@ -170,15 +170,26 @@ def cmd_robot_operator(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from sims.registry import MANISKILL_TASK_NAMES, list_tasks  # names only: no MuJoCo, no torch
+    """Every family's task names and the configs by folder, a short line each."""
+    from sims.libero.tasks import suite_names as libero_suites  # names only: no simulator, no torch
+    from sims.metaworld.tasks import suite_names as metaworld_suites
+    from sims.registry import MANISKILL_TASK_NAMES, list_tasks
 
     print("tasks:   " + ", ".join(list_tasks()))
+    print("  MuJoCo (docs/tasks.md); env.backend cpu (C MuJoCo) or warp (MuJoCo Warp, a GPU or warp's CPU device)")
     print("maniskill tasks (the maniskill extra, docs/maniskill.md): " + ", ".join(MANISKILL_TASK_NAMES))
-    print("configs: " + ", ".join(config_names()))
-    from sims.metaworld.tasks import suite_names  # names only: no MetaWorld, no torch
-
-    print("metaworld tasks (make metaworld, docs/metaworld.md): " + ", ".join(suite_names())
+    print("libero suites (make libero, docs/libero.md): " + ", ".join(libero_suites())
+          + "; one task: libero:<suite>/<index or name>")
+    print("metaworld tasks (make metaworld, docs/metaworld.md): " + ", ".join(metaworld_suites())
           + ", metaworld:MT10/<task>, metaworld:<task> (50 v3 tasks); each with @goal for the goal in the state")
+    print("several tasks in one batch: multi:<A>+<B>[+...]; a learned world model: wm:<dir> (docs/world_model.md)")
+    print("configs:")
+    by_folder: dict[str, list[str]] = {}
+    for name in config_names():
+        folder, _, leaf = name.rpartition("/")
+        by_folder.setdefault(folder or ".", []).append(leaf)
+    for folder, leaves in by_folder.items():
+        print(f"  {folder}/: " + ", ".join(leaves))
     return 0
 
 

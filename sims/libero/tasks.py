@@ -5,7 +5,14 @@ Imports no LIBERO."""
 
 from __future__ import annotations
 
-from sims.vecenv import EnvError
+
+
+def _error(message: str) -> Exception:
+    """The contract's EnvError, imported here so that the names above load without torch
+    (`embodied list`)."""
+    from sims.vecenv import EnvError
+
+    return EnvError(message)
 
 # suite -> (number of tasks, max steps of the published evaluation scripts, after 10 settle steps)
 SUITES: dict[str, tuple[int, int]] = {
@@ -30,7 +37,7 @@ def split_layouts(task: str) -> tuple[str, str | None]:
     None). The suffix lets a config or `embodied collect` ask for sampled layouts by task name."""
     name, at, layouts = task.partition("@")
     if at and layouts not in LAYOUT_SUFFIXES:
-        raise EnvError(f"task: unknown layouts {layouts!r} in {task!r}; allowed after '@': {', '.join(LAYOUT_SUFFIXES)}")
+        raise _error(f"task: unknown layouts {layouts!r} in {task!r}; allowed after '@': {', '.join(LAYOUT_SUFFIXES)}")
     return name, (layouts if at else None)
 
 
@@ -40,12 +47,12 @@ def parse_name(task: str) -> tuple[str, str | None]:
     body = split_layouts(task)[0].removeprefix("libero:")
     suite, _, sub = body.partition("/")
     if suite not in SUITES:
-        raise EnvError(f"task: unknown LIBERO suite {suite!r} in {task!r}; allowed: {', '.join(SUITES)}")
+        raise _error(f"task: unknown LIBERO suite {suite!r} in {task!r}; allowed: {', '.join(SUITES)}")
     if not sub:
         if "/" in body:
-            raise EnvError(f"task: {task!r} names no task after '/'; use libero:{suite}/INDEX or libero:{suite}")
+            raise _error(f"task: {task!r} names no task after '/'; use libero:{suite}/INDEX or libero:{suite}")
         return suite, None
     n = SUITES[suite][0]
     if sub.lstrip("-").isdigit() and not 0 <= int(sub) < n:
-        raise EnvError(f"task: index {sub} out of range for {suite}; allowed: 0..{n - 1} or a task name")
+        raise _error(f"task: index {sub} out of range for {suite}; allowed: 0..{n - 1} or a task name")
     return suite, sub
