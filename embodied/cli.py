@@ -50,7 +50,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     with no_empty_dirs(cfg.train.run_dir):
         summary = train(cfg, resume=resume)
-    print(f"success rate before training: {summary['success_before']:.2f}")
+    if resume is not None:
+        print(f"resumed:     {args.resume} (success before its training: {summary['success_before']:.2f})")
+    else:
+        print(f"success rate before training: {summary['success_before']:.2f}")
     print(f"success rate after training:  {summary.get('success_after', float('nan')):.2f}")
     print(f"checkpoint:  {summary.get('checkpoint')}")
     print(f"tensorboard: {summary['tensorboard']}  (.venv/bin/tensorboard --logdir {summary['tensorboard']})")

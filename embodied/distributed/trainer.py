@@ -183,8 +183,9 @@ def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) ->
         logger = Logger(run_dir / "tb", tc.total_steps, env_steps, tc.progress)
         logger.print(f"run {run_dir}: {tc.algorithm} on {cfg.env.task}, {cfg.env.num_envs} envs in "
                      f"{placement.env.count} env workers, {placement.stages} stage(s), {placement.learner.count} "
-                     f"learner(s), backend {backend_name}; {tc.total_steps} env steps; success before training "
-                     f"{summary['success_before']:.2f}")
+                     f"learner(s), backend {backend_name}; {tc.total_steps} env steps; " + (
+                         f"resumed at {env_steps} env steps (success before training {summary['success_before']:.2f})"
+                         if resume is not None else f"success before training {summary['success_before']:.2f}"))
         if backend_name == "ray":
             logger.print(placed(b, collector, learners))
             b.watch_head(lambda address: head_lost(address, last_ckpt, run_dir))

@@ -82,8 +82,11 @@ def _train(cfg: ExperimentConfig, resume: str | Path | None, env: VecEnv, policy
         summary["eval_curve"] = [(0, summary["success_before"])]
 
     logger = Logger(run_dir / "tb", tc.total_steps, env_steps, tc.progress)
-    logger.print(f"run {run_dir}: {tc.algorithm} on {cfg.env.task}, {env.num_envs} envs on {next(policy.parameters()).device}, {tc.total_steps} env "
-                 f"steps; success before training {summary['success_before']:.2f}")
+    start = (f"resumed from {summary['checkpoint']} at {env_steps} env steps (success before training "
+             f"{summary['success_before']:.2f})" if resume is not None else
+             f"success before training {summary['success_before']:.2f}")
+    logger.print(f"run {run_dir}: {tc.algorithm} on {cfg.env.task}, {env.num_envs} envs on {next(policy.parameters()).device}, "
+                 f"{tc.total_steps} env steps; {start}")
     def trainer_state() -> dict[str, Any]:
         return {"learner": learner.state_dict(), "env": env.state_dict(), "collector": collector.state_dict(),
                 "torch_rng": torch.get_rng_state()}

@@ -192,3 +192,13 @@ def test_fresh_train_into_a_used_run_dir_is_refused(tmp_path, capsys):
     (run / "checkpoints" / "iter_000099").mkdir()  # a stale checkpoint of the old run
     assert main(args + ["--overwrite"]) == 0
     assert not (run / "checkpoints" / "iter_000099").exists()
+
+
+def test_a_resumed_run_says_so(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", *TINY, "train.total_steps=256", "train.save_every=1", f"train.run_dir={run}"]) == 0
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "train.total_steps=512"]) == 0
+    out = capsys.readouterr().out
+    assert "resumed from " in out and "at 256 env steps" in out and f"resumed:     {run}" in out
+    assert "success rate before training" not in out
