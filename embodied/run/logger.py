@@ -21,7 +21,9 @@ class Logger:
             self.writer.add_scalar(f"{section}/{key}", value, step)
 
     def progress(self, steps: int, **postfix: float) -> None:
-        self.bar.update(steps)
+        """Advance the bar by `steps` env steps; the last iteration's whole rollout may pass the total,
+        the bar stops at it (and keeps its total)."""
+        self.bar.update(max(min(steps, self.bar.total - self.bar.n), 0))
         if postfix:
             self.bar.set_postfix({k: f"{v:.3g}" for k, v in postfix.items()}, refresh=False)
 
