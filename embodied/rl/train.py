@@ -51,13 +51,13 @@ def train(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, 
     collector, learner = build_algorithm(cfg, env, policy)
     eval_env = build_env(cfg.env, batch_for(cfg.env.task, tc.eval_episodes, 64), device=device)
     seeds = eval_seeds(tc.eval_episodes)
-    preflight(cfg, eval_env, seeds)
+    videos = preflight(cfg, eval_env, seeds)
     with stoppable("this iteration") as stop:
-        return _train(cfg, resume, env, policy, collector, learner, eval_env, seeds, stop)
+        return _train(cfg, resume, env, policy, collector, learner, eval_env, seeds, stop, videos)
 
 
 def _train(cfg: ExperimentConfig, resume: str | Path | None, env: VecEnv, policy: Any, collector: Any, learner: Any,
-           eval_env: VecEnv, seeds: list[int], stop: StopFlag) -> dict[str, Any]:
+           eval_env: VecEnv, seeds: list[int], stop: StopFlag, videos: int) -> dict[str, Any]:
     """train()'s loop, until total_steps or a signal (then a checkpoint of the last iteration and Stopped)."""
     tc = cfg.train
     run_dir = Path(tc.run_dir)
@@ -113,7 +113,8 @@ def _train(cfg: ExperimentConfig, resume: str | Path | None, env: VecEnv, policy
         logger.progress(new_steps, rollout_success=rollout.get("success_rate", float("nan")),
                         kl=stats.get("approx_kl", 0.0))
 
-        result = end_iteration(cfg, it, env_steps, policy, eval_env, seeds, logger, summary, trainer_state, result)
+        result = end_iteration(cfg, it, env_steps, policy, eval_env, seeds, logger, summary, trainer_state, result,
+                               videos)
     if stop and summary.get("checkpoint") != str(run_dir / "checkpoints" / f"iter_{it:06d}"):
         save_iteration(cfg, it, env_steps, policy, summary, trainer_state, None)  # while the envs are open
     logger.close()

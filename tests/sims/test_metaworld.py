@@ -265,3 +265,18 @@ def test_expert_rejects_a_wrong_layout_and_a_dead_worker_is_named():
         _one_line(lambda: env.step(torch.zeros(1, 4)), "metaworld", "died", "push-v3")
     finally:
         env.close()
+
+
+@needs_mw
+def test_state_training_runs_on_the_defaults(tmp_path, capsys):
+    """`embodied train` from state on a MetaWorld task with the default train.video_episodes: the
+    env cannot render, which is said in one line, and the run trains and evaluates."""
+    from embodied.cli import main
+
+    run = tmp_path / "run"
+    assert main(["train", "env.task=metaworld:reach-v3", "env.num_envs=4", "ppo.rollout_steps=8", "ppo.minibatches=1",
+                 "ppo.epochs=1", "train.total_steps=32", "train.eval_episodes=2", "train.progress=false",
+                 "env.max_episode_steps=16", f"train.run_dir={run}"]) == 0
+    err = capsys.readouterr().err
+    assert sum(line.startswith("train.video_episodes:") for line in err.splitlines()) == 1
+    assert (run / "checkpoints" / "latest").exists()
