@@ -24,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 
 from sims.mujoco.randomization import Randomization, RandomizationError, resolve as resolve_block
-from sims.mujoco.randomizer import _TAG, Randomizer
+from sims.mujoco.randomizer import SEED_TAG, Randomizer
 from sims.vecenv import EnvError
 
 PHYSICS_KNOBS = ("friction", "mass", "actuator_gain")
@@ -62,7 +62,7 @@ class MsRandomizer(Randomizer):
                  set_physics: Callable[[np.ndarray, dict[str, np.ndarray]], Any]):
         self.r, self.set_physics = r, set_physics
         self.params = r.nominal(num_envs)
-        self.rng = np.random.default_rng(None if seed is None else np.random.SeedSequence([seed, _TAG]))
+        self.rng = np.random.default_rng(None if seed is None else np.random.SeedSequence([seed, SEED_TAG]))
         lag = int(r.high["latency_steps"]) if r.has("latency_steps") else 0
         self.queue = np.zeros((num_envs, lag + 1, action_dim))  # [B, L, A], newest action first
 

@@ -131,7 +131,7 @@ class WarpVecEnv(VecEnv):
         self._ep_dev: dict[str, torch.Tensor] = {}  # the same on the device (the task's step hooks)
         self._rng = np.random.default_rng(seed)
         self._seeded = False
-        self.final_joint_state: tuple[np.ndarray, np.ndarray] | None = None
+        self._final_joint: tuple[torch.Tensor, torch.Tensor] | None = None  # on the device, set by auto-resets
         self._dr = None
         if dr is not None:
             fields = {name: t(getattr(self._m, name)) for name in batched if name != "geom_rgba"}
@@ -193,14 +193,22 @@ class WarpVecEnv(VecEnv):
                                                     use_shadows=False)
             ids = [mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, c) for c in cameras]
             adr = rc.rgb_adr.numpy()
+            graph = None
             with self._on_warp():
                 self._draw(rc)  # loads the kernels outside the capture
-                with self.wp.ScopedCapture(stream=self._stream) as cap:
-                    self._draw(rc)
-            self._contexts[key] = (rc, {c: int(adr[i]) for c, i in zip(cameras, ids)}, cap.graph)
+                try:
+                    with self.wp.ScopedCapture(stream=self._stream) as cap:
+                        self._draw(rc)
+                    graph = cap.graph
+                except Exception:  # noqa: BLE001 - a warp build whose BVH refit cannot be captured: launch each call
+                    graph = None
+            self._contexts[key] = (rc, {c: int(adr[i]) for c, i in zip(cameras, ids)}, graph)
         rc, adr, graph = self._contexts[key]
         with self._on_warp():
-            self.wp.capture_launch(graph, stream=self._stream)
+            if graph is None:
+                self._draw(rc)
+            else:
+                self.wp.capture_launch(graph, stream=self._stream)
         packed = self.wp.to_torch(rc.rgb_data)  # uint32 [B, pixels of all cameras], bytes B, G, R, A
         h, w = size
         return {c: packed[:, a:a + h * w].view(torch.uint8).view(-1, h, w, 4)[..., [2, 1, 0]]
@@ -329,7 +337,7 @@ class WarpVecEnv(VecEnv):
 
     def _auto_reset(self, obs: dict[str, torch.Tensor], done_ids: np.ndarray) -> None:
         """Reset envs done_ids from the episode stream and write their first obs into obs (rows)."""
-        self.final_joint_state = self.joint_state()
+        self._final_joint = self._joints()
         self._reset_rows(done_ids, self.task.sample_episode(self._rng, len(done_ids)))
         rows = torch.from_numpy(done_ids).to(self.device)
         s = self._read(rows)
@@ -401,12 +409,22 @@ class WarpVecEnv(VecEnv):
     JOINT_NAMES = ("x", "y", "z", "finger_left", "finger_right")
     _STATE = ("qpos", "qvel", "ctrl", "mocap_pos", "mocap_quat", "qacc_warmstart", "act")
 
+    def _joints(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Positions and velocities float32 [B, 5] of the gripper's joints (JOINT_NAMES), on the device."""
+        h = self._h
+        cols_q = torch.from_numpy(np.concatenate([h.tcp_qpos, h.finger_qpos])).to(self.device)
+        cols_v = torch.from_numpy(np.concatenate([h.tcp_qvel, h.finger_qvel])).to(self.device)
+        return self._qpos[:, cols_q], self._qvel[:, cols_v]
+
     def joint_state(self) -> tuple[np.ndarray, np.ndarray]:
         """Positions and velocities float64 [B, 5] of the gripper's joints (JOINT_NAMES), on the host."""
-        h = self._h
-        cols_q = np.concatenate([h.tcp_qpos, h.finger_qpos])
-        cols_v = np.concatenate([h.tcp_qvel, h.finger_qvel])
-        return (self._qpos[:, cols_q].double().cpu().numpy(), self._qvel[:, cols_v].double().cpu().numpy())
+        return tuple(x.double().cpu().numpy() for x in self._joints())
+
+    @property
+    def final_joint_state(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The joint state (as joint_state()) every env was in just before the last auto-reset; rows
+        of the envs that reset are their finished episodes' last state. Read back only when asked."""
+        return None if self._final_joint is None else tuple(x.double().cpu().numpy() for x in self._final_joint)
 
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {"task": self.spec.task, "num_envs": self.num_envs, "backend": "warp",

@@ -62,11 +62,17 @@ class WarpRandomizer(Randomizer):
         self._const_changed = False  # set_const has run: the derived constants are the device's own
         lag = int(r.high["latency_steps"]) if r.has("latency_steps") else 0
         self.queue = torch.zeros((num_envs, lag + 1, 4), device=device)  # [B, L, 4], newest action first
+        self._refresh_step_knobs()
         self._gen = torch.Generator(device=device)
         self._reseed_noise()
         self._nominal = {k: torch.as_tensor(np.array(getattr(model, k)), dtype=torch.float32, device=device)
                          for k in ("geom_friction", "body_mass", "body_inertia", "actuator_gainprm",
                                    "actuator_biasprm", "geom_rgba")}
+
+    def _refresh_step_knobs(self) -> None:
+        """Device copies float64 [B] of the knobs applied at every step (read there without a copy)."""
+        self.step_knobs = {k: torch.as_tensor(self.params[k], device=self.device)
+                           for k in ("action_noise", "latency_steps", "obs_noise") if self.r.has(k)}
 
     def _reseed_noise(self) -> None:
         self._gen.manual_seed(int(self.rng.integers(2 ** 62)))
@@ -77,7 +83,9 @@ class WarpRandomizer(Randomizer):
 
     # ------------------------------------------------------------------ physics
     def apply_physics(self, ids: np.ndarray) -> None:
-        """Write the physics knobs of envs ids into the device model's per-world fields."""
+        """Write the physics knobs of envs ids into the device model's per-world fields (and refresh
+        the device copies of the per-step knobs, which `draw` and `load_state_dict` changed)."""
+        self._refresh_step_knobs()
         rows = torch.from_numpy(np.asarray(ids, np.int64)).to(self.device)
 
         def knob(name: str) -> torch.Tensor:
@@ -108,19 +116,19 @@ class WarpRandomizer(Randomizer):
     def action(self, a: torch.Tensor, ids: Any = None) -> torch.Tensor:
         """The actions [B, 4] every env applies for commanded actions a [B, 4] (see Randomizer.action)."""
         if self.r.has("action_noise"):
-            std = torch.as_tensor(self.params["action_noise"], dtype=a.dtype, device=a.device)[:, None]
+            std = self.step_knobs["action_noise"].to(a.dtype)[:, None]
             a = (a + std * torch.randn(a.shape, generator=self._gen, device=a.device, dtype=a.dtype)).clamp(-1, 1)
         if not self.r.has("latency_steps"):
             return a
         self.queue = torch.cat([a[:, None], self.queue[:, :-1]], dim=1)
-        k = torch.as_tensor(self.params["latency_steps"], dtype=torch.int64, device=a.device)
+        k = self.step_knobs["latency_steps"].long()
         return self.queue[torch.arange(len(a), device=a.device), k]
 
     def observe(self, obs: dict[str, torch.Tensor], rows: torch.Tensor | None, state_dim: int) -> None:
         """Add obs_noise to obs["state"] and obs["privileged"] (the same noise on the state columns)."""
         if not self.r.has("obs_noise"):
             return
-        std = torch.as_tensor(self.params["obs_noise"], dtype=torch.float32, device=self.device)
+        std = self.step_knobs["obs_noise"].float()
         std = (std if rows is None else std[rows])[:, None]
         priv = obs["privileged"]
         noise = std * torch.randn(priv.shape, generator=self._gen, device=priv.device)
