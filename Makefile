@@ -22,6 +22,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -e ".[dev,ros,vla,distributed,warp]"
+	$(PY) -m sims.mujoco.warp_warmup  # MuJoCo Warp's kernels into .venv/warp-cache, once (about 2 min)
 	touch $(STAMP)
 
 # ManiSkill3 extra; on machines without the NVIDIA Vulkan driver, Mesa lavapipe from the
@@ -47,8 +48,9 @@ demo: setup
 test: setup maniskill libero ros2 metaworld
 	$(PY) -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder --durations=15 -m "not scale" tests
 
-# The tests marked `scale` (pyproject.toml): the AR token-PPO and Flow-SDE lift checks, the VLA
-# pipeline on ManiSkill, the labelled-node Ray cluster; about 6 minutes on 2 cores. Not in `make test`.
+# The tests marked `scale` (pyproject.toml): the PPO + Flow-Noise, AR token-PPO and Flow-SDE lift
+# checks, the VLA pipeline on ManiSkill, the labelled-node Ray cluster; about 8 minutes on 2 cores.
+# Not in `make test`.
 .PHONY: bench-scale
 bench-scale: setup maniskill
 	$(PY) -m pytest -q -n 2 --dist loadscope -m scale tests

@@ -19,6 +19,7 @@ from rl_lift import lift, sparse_eval
 
 
 @pytest.mark.slow
+@pytest.mark.scale  # about 3 min: `make bench-scale`, not `make test`
 def test_ppo_flow_noise_lifts_a_short_sft_on_reach(build_once, tmp_path):
     # evaluated at iteration 18 and the last (23): where the config's last two evaluations fall
     out = lift("lift_reach_flow_noise", 0, tmp_path, build_once, overrides=sparse_eval(18))

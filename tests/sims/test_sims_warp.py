@@ -13,8 +13,8 @@ Tolerances, measured at 64 seeds per task (docs/results/warp_backend.md, "Equal 
   the wrist camera (ray tracer against OpenGL shading); at most 0.15% of pixels differ by more
   than 32 in any channel (the test allows 2, 6 and 0.5%).
 
-All of it runs in this one module, so one xdist worker compiles warp's kernels, once per venv
-(the kernel cache is `<venv>/warp-cache`).
+All of it runs in this one module, on one xdist worker. Warp's kernels come from the venv's kernel
+cache (`<venv>/warp-cache`), which `make setup` fills (python -m sims.mujoco.warp_warmup).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ CONTRACT = ["state_obs_shapes", "rgb_obs", "truncation_and_auto_reset", "success
             "seeding", "determinism", "chunk_step", "chunk_equals_steps", "state_dict_round_trip", "reward_modes"]
 
 
-@pytest.mark.parametrize("task", ["PushCube", "Compose", "ReachColor"])
+@pytest.mark.parametrize("task", ["PushCube", "Compose"])
 @pytest.mark.parametrize("check", CONTRACT)
 def test_contract(task, check, monkeypatch, tmp_path):
     make = contract.make_env
