@@ -95,9 +95,6 @@ CASES = [
         _truncate(_copy(i / "wm", w / "wm") / "model.safetensors"),
         ["train", "configs/ppo/quickstart.yaml", f"env.task=wm:{w / 'wm'}", "env.allow_failed_model=true",
          "env.num_envs=2", f"train.run_dir={w / 'rl'}"])[1], ["model.safetensors"]),
-    ("train/state-world-model-video", lambda i, w: [
-        "train", "configs/ppo/quickstart.yaml", f"env.task=wm:{i / 'wm'}", "env.allow_failed_model=true",
-        "env.num_envs=2", "train.eval_episodes=2", f"train.run_dir={w / 'rl'}"], ["train.video_episodes"]),
     ("sft/state-only-dataset", lambda i, w: ["sft", "configs/sft/sft_reach_flow.yaml", f"dataset={i / 'reach_state'}",
                                              f"run_dir={w / 'sft'}"], ["cameras", "state-only"]),
     ("sft/other-task-dataset", lambda i, w: ["sft", "configs/sft/sft_reach_flow.yaml", f"dataset={i / 'push_rgb'}",
