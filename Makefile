@@ -48,9 +48,10 @@ demo: setup
 test: setup maniskill libero ros2 metaworld
 	$(PY) -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder --durations=15 -m "not scale" tests
 
-# The tests marked `scale` (pyproject.toml): the PPO + Flow-Noise, AR token-PPO and Flow-SDE lift
-# checks, the VLA pipeline on ManiSkill, the labelled-node Ray cluster; about 8 minutes on 2 cores.
-# Not in `make test`.
+# The tests marked `scale` (pyproject.toml), out of `make test` for its 15 minutes: the VLA lift
+# checks (PPO + Flow-Noise, two-task GRPO, AR token PPO, Flow-SDE), the instruction-following SFT
+# check, on-robot RL's lift on the twin, the VLA pipeline on ManiSkill, the labelled-node Ray
+# cluster; about 10 minutes on 2 cores.
 .PHONY: bench-scale
 bench-scale: setup maniskill
 	$(PY) -m pytest -q -n 2 --dist loadscope -m scale tests

@@ -21,7 +21,8 @@ from embodied.imitation.sft import SFTConfig, build_policy, train_sft
 from sims.registry import make_env
 from test_vla_demos import build_expert_demos
 
-pytestmark = pytest.mark.slow  # a module fixture of about 2 minutes (demos and SFT)
+# a module fixture of about 2.5 minutes (demos and SFT): `make bench-scale`, not `make test`
+pytestmark = [pytest.mark.slow, pytest.mark.scale]
 
 CAMS = ["front", "wrist"]
 # Demos, SFT steps, actions executed per 4-action chunk (docs/vla.md, "Learning"). Seeds 0-4 of

@@ -32,6 +32,7 @@ from rl_lift import lift, sparse_eval
 
 
 @pytest.mark.slow
+@pytest.mark.scale  # about 3 min: `make bench-scale`, not `make test`
 def test_grpo_lifts_one_policy_on_two_tasks_at_once(build_once, tmp_path):
     # evaluated at iteration 24 and the last (30): where the config's last two evaluations fall
     out = lift("lift_multi_grpo_flow", 0, tmp_path, build_once, overrides=sparse_eval(24))

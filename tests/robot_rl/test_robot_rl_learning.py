@@ -41,6 +41,7 @@ def lift_config(run_dir: Path, demos: Path, seed: int) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.scale  # about 1 min: `make bench-scale`, not `make test`
 def test_finetune_robot_lifts_bc_on_the_reach_twin(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     demos = tmp_path / "demos"
