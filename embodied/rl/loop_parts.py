@@ -117,7 +117,7 @@ def preflight(cfg: ExperimentConfig, eval_env: VecEnv, seeds: list[int]) -> int:
             eval_env.render([0])
         except EnvError as e:
             print(f"train.video_episodes: {cfg.env.task} cannot render a video ({str(e).splitlines()[0]}); "
-                  f"this run writes none (train.video_episodes=0 says so without this line)", file=sys.stderr)
+                  f"this run writes none (train.video_episodes=0 leaves this line out)", file=sys.stderr)
             return 0
     return cfg.train.video_episodes
 
