@@ -122,6 +122,10 @@ class WarpVecEnv(VecEnv):
         self._ctrl, self._mocap = t(self._d.ctrl), t(self._d.mocap_pos)  # [B, nu], [B, nmocap, 3]
         self._rgba = t(self._m.geom_rgba)  # float32 [B, ngeom, 4]
         self._rgba_nominal = torch.as_tensor(self.model.geom_rgba, dtype=torch.float32, device=self.device)
+        self._palette = torch.as_tensor(COLOR_RGBA, device=self.device)  # [C, 4] episode colours
+        h = self._h  # the gripper's joint columns (joint_state), as device index tensors
+        self._joint_cols = tuple(torch.from_numpy(np.concatenate(c)).to(self.device)
+                                 for c in ((h.tcp_qpos, h.finger_qpos), (h.tcp_qvel, h.finger_qvel)))
         self._graph = None
         self._contexts: dict[tuple[tuple[int, int], tuple[str, ...]], Any] = {}
         self._elapsed = torch.zeros(B, dtype=torch.int64, device=self.device)
@@ -261,7 +265,7 @@ class WarpVecEnv(VecEnv):
         for mocap, key in ((h.target_mocap, "target"), (h.goal_mocap, "goal")):
             if mocap >= 0:
                 self._mocap[rows, mocap] = e[key]
-        palette = torch.as_tensor(COLOR_RGBA, device=dev)
+        palette = self._palette
         self._rgba[rows] = self._rgba_nominal  # the model's colours, then the episode's, then DR's offsets
         for geom, key in ((h.cube_geom, "cube_color"), (h.cube_b_geom, "cube_b_color"), (h.target_geom, "target_color")):
             if geom >= 0 and key in e:
@@ -411,9 +415,7 @@ class WarpVecEnv(VecEnv):
 
     def _joints(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Positions and velocities float32 [B, 5] of the gripper's joints (JOINT_NAMES), on the device."""
-        h = self._h
-        cols_q = torch.from_numpy(np.concatenate([h.tcp_qpos, h.finger_qpos])).to(self.device)
-        cols_v = torch.from_numpy(np.concatenate([h.tcp_qvel, h.finger_qvel])).to(self.device)
+        cols_q, cols_v = self._joint_cols
         return self._qpos[:, cols_q], self._qvel[:, cols_v]
 
     def joint_state(self) -> tuple[np.ndarray, np.ndarray]:
