@@ -52,6 +52,8 @@ def apply_lora(module: nn.Module, rank: int, alpha: float | None = None,
     module.requires_grad_(False)
     wrapped = 0
     for parent in list(module.modules()):
+        if isinstance(parent, nn.MultiheadAttention):  # reads out_proj.weight itself (SigLIP's pooling head)
+            continue
         for name, child in list(parent.named_children()):
             if name in targets and isinstance(child, nn.Linear):
                 setattr(parent, name, LoRALinear(child, rank, float(alpha or rank)))

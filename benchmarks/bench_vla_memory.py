@@ -1,0 +1,287 @@
+"""Peak memory and step time of a real-size flow VLA per training mode, against the prediction.
+
+    nice -n 10 .venv/bin/python benchmarks/bench_vla_memory.py [--preset smolvla] [--batch 8]
+        [--modes frozen_bf16_ckpt,...] [--limit-gib 6] [--threads 1] [--out runs/vla_memory.jsonl]
+    .venv/bin/python benchmarks/bench_vla_memory.py --table runs/vla_memory.jsonl
+
+The preset (policies/vla/pretrained/presets.py) is built with random weights (no download), with
+Flow-Noise exploration as pi_RL trains it. Each (mode, step) runs in a child process of its own,
+so its peak resident memory (ru_maxrss) is its own; the row gives it less the child's resident
+memory before the policy was built (Python, torch, transformers), next to the prediction of
+policies/memory.py for the same plan. A case whose prediction does not fit --limit-gib (less
+1 GiB for the process itself) is not run: the row says so (the refusal of `embodied train`).
+
+  RL step   the learner's work on one minibatch: evaluate (a prefix forward and one expert forward
+            over the stored chain of N Euler steps), the PPO loss, backward, clip, optimiser step;
+            with a KL reference its no-grad log-probs too. The chain is random (act's output
+            has the same shapes; its values do not change the cost)
+  SFT step  sft_loss (flow matching), backward, clip, optimiser step
+  act       act(deterministic=True) at 1 and 64 observations, no grad
+
+Times are of the last of --steps steps (the first one allocates the optimiser state). On a CPU
+they depend on the CPU and on what else runs on it: say which in the results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+GiB = 1024 ** 3
+# name -> (freeze, lora_rank, frozen_dtype, checkpointing, optimizer, kl_reference)
+MODES = {
+    "full": ("none", 0, "float32", False, "adam", False),
+    "full_ckpt_8bit": ("none", 0, "float32", True, "adam_8bit", False),
+    "frozen": ("vlm", 0, "float32", False, "adam", False),
+    "frozen_bf16_ckpt": ("vlm", 0, "bfloat16", True, "adam_fused", False),
+    "lora16_bf16_ckpt": ("none", 16, "bfloat16", True, "adam_fused", False),
+    "frozen_bf16_ckpt_8bit_ref": ("vlm", 0, "bfloat16", True, "adam_8bit", True),
+}
+ORDER = ["frozen_bf16_ckpt", "lora16_bf16_ckpt", "frozen", "frozen_bf16_ckpt_8bit_ref", "full_ckpt_8bit", "full"]
+
+
+def plan_of(mode: str, step: str, batch: int, autocast: bool = False):
+    from policies.memory import Plan
+
+    freeze, rank, dtype, ckpt, opt, ref = MODES[mode]
+    return Plan(step=step, batch=batch, freeze=freeze, lora_rank=rank, frozen_dtype=dtype, checkpointing=ckpt,
+                optimizer=opt, kl_reference=ref, autocast_bf16=autocast)
+
+
+def preset_config(preset: str):
+    """A real-size preset, or "tiny" (the toolkit's 64 px preset, to try this script quickly)."""
+    from policies.vla.config import FlowVLAConfig
+    from policies.vla.pretrained.presets import PRESETS
+
+    if preset == "tiny":
+        return FlowVLAConfig(noise_method="flow_noise")
+    return dataclasses.replace(PRESETS[preset](), noise_method="flow_noise")  # pi_RL's exploration
+
+
+def observations(cfg, batch: int, device):
+    import torch
+
+    size = cfg.vision["image_size"]
+    g = torch.Generator().manual_seed(0)
+    obs = {"state": torch.randn(batch, cfg.state_dim, generator=g),
+           "instruction": ["pick up the red cube and put it in the box"] * batch,
+           **{f"rgb_{c}": torch.randint(0, 256, (batch, size, size, 3), generator=g, dtype=torch.uint8)
+              for c in cfg.cameras}}
+    return {k: v.to(device) if hasattr(v, "to") else v for k, v in obs.items()}
+
+
+def random_replay(cfg, batch: int, device):
+    """A stored chain of act's shapes: [B, N + 1, K, A_pad], every step stochastic (Flow-Noise)."""
+    import torch
+
+    chain = torch.randn(batch, cfg.num_steps + 1, cfg.chunk_size, cfg.max_action_dim, device=device)
+    return {"chain": chain, "stochastic": torch.ones(batch, cfg.num_steps, dtype=torch.bool, device=device)}
+
+
+def build(cfg, mode: str, device):
+    """(policy with the mode's settings, optimiser, KL reference or None) on `device`."""
+    import torch
+
+    from policies.optim import make_optimizer
+    from policies.vla.flow import FlowVLA
+    from policies.vla.modes import apply_modes, shared_reference
+
+    freeze, rank, dtype, ckpt, opt_name, ref = MODES[mode]
+    with torch.device(device):
+        policy = FlowVLA(cfg)
+    apply_modes(policy, freeze, rank, dtype, ckpt)
+    opt = make_optimizer([p for p in policy.parameters() if p.requires_grad], opt_name, lr=1e-5, weight_decay=0.0)
+    return policy, opt, (shared_reference(policy) if ref else None)
+
+
+def rl_step(policy, opt, obs, replay, reference=None, autocast=None):
+    """One PPO minibatch step on `replay` (see the module doc)."""
+    import contextlib
+
+    import torch
+
+    from embodied.rl.algorithms.ppo import kl_to_reference, ppo_policy_loss
+
+    auto = autocast or contextlib.nullcontext()
+    ref_lp = None
+    if reference is not None:
+        with torch.no_grad(), auto:
+            ref_lp = reference.evaluate(obs, replay).log_prob.float()
+    with auto:
+        ev = policy.evaluate(obs, replay)
+    lp = ev.log_prob.float()
+    adv = torch.randn_like(lp)
+    loss, _ = ppo_policy_loss(lp[:, None], lp.detach()[:, None] - 0.01, adv[:, None])
+    if ref_lp is not None:
+        loss = loss + 0.01 * kl_to_reference(lp[:, None], ref_lp[:, None], torch.ones_like(lp[:, None], dtype=torch.bool))
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_([p for p in policy.parameters() if p.requires_grad], 1.0)
+    opt.step()
+    return float(loss)
+
+
+def sft_step(policy, opt, obs, actions, autocast=None):
+    import contextlib
+
+    import torch
+
+    with autocast or contextlib.nullcontext():
+        loss = policy.sft_loss(obs, actions)
+    opt.zero_grad(set_to_none=True)
+    loss.float().backward()
+    torch.nn.utils.clip_grad_norm_([p for p in policy.parameters() if p.requires_grad], 1.0)
+    opt.step()
+    return float(loss)
+
+
+def rss() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_rss() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0
+
+
+def child(args) -> dict:
+    import torch
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    cfg = preset_config(args.preset)
+    import embodied.rl.algorithms.ppo  # noqa: F401  (imports before the baseline: they are not the model's)
+    import policies.optim  # noqa: F401
+    import policies.vla.flow  # noqa: F401
+    import policies.vla.modes  # noqa: F401
+    if args.child != "act" and MODES[args.child.split(":")[0]][4] == "adam_8bit":
+        import bitsandbytes  # noqa: F401
+    base = rss()
+    t0 = time.perf_counter()
+    if args.child == "act":
+        from policies.vla.flow import FlowVLA
+
+        policy = FlowVLA(cfg).eval()
+        out = {"case": "act", "build_s": time.perf_counter() - t0}
+        for b in (1, 64):
+            obs = observations(cfg, b, "cpu")
+            ts = []
+            for _ in range(2 if b == 1 else 1):
+                t = time.perf_counter()
+                with torch.no_grad():
+                    policy.act(obs, deterministic=True)
+                ts.append(time.perf_counter() - t)
+            out[f"act_{b}_s"] = min(ts)
+            out[f"act_{b}_peak_gib"] = (peak_rss() - base) / GiB
+            print(json.dumps(out), flush=True)
+        return out
+    mode, step = args.child.split(":")
+    policy, opt, ref = build(cfg, mode, "cpu")
+    built, build_s = rss(), time.perf_counter() - t0
+    obs = observations(cfg, args.batch, "cpu")
+    times, losses = [], []
+    for _ in range(args.steps):
+        t = time.perf_counter()
+        if step == "rl":
+            losses.append(rl_step(policy, opt, obs, random_replay(cfg, args.batch, "cpu"), ref))
+        else:
+            actions = torch.rand(args.batch, cfg.chunk_size, cfg.action_dim) * 2 - 1
+            losses.append(sft_step(policy, opt, obs, actions))
+        times.append(time.perf_counter() - t)
+    return {"case": args.child, "mode": mode, "step": step, "batch": args.batch, "build_s": build_s,
+            "step_s": times[-1], "first_step_s": times[0], "samples_per_s": args.batch / times[-1],
+            "peak_gib": (peak_rss() - base) / GiB, "after_build_gib": (built - base) / GiB, "base_gib": base / GiB,
+            "losses": losses}
+
+
+def parent(args) -> None:
+    from policies.memory import predict
+
+    cfg = preset_config(args.preset)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cases = [f"{m}:{s}" for m in args.modes.split(",") for s in ("sft", "rl")] + (["act"] if args.act else [])
+    for case in cases:
+        row = {"case": case, "preset": args.preset, "batch": args.batch, "threads": args.threads}
+        if case != "act":
+            mode, step = case.split(":")
+            pred = predict("flow_vla", cfg, plan_of(mode, step, args.batch))
+            row.update(mode=mode, step=step, predicted_gib=pred["total"] / GiB,
+                       trainable_m=pred["trainable_params"] / 1e6, params_m=pred["params"] / 1e6)
+            if pred["total"] / GiB > args.limit_gib - 1.0:
+                row["result"] = f"not run: predicted {pred['total'] / GiB:.1f} GiB > {args.limit_gib - 1:.0f} GiB"
+                print(json.dumps(row), flush=True)
+                with out.open("a") as f:
+                    f.write(json.dumps(row) + "\n")
+                continue
+        cmd = [sys.executable, __file__, "--child", case, "--preset", args.preset, "--batch", str(args.batch),
+               "--threads", str(args.threads), "--steps", str(args.steps)]
+        t = time.perf_counter()
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=args.case_timeout)
+            lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
+            got = json.loads(lines[-1]) if lines else {"result": f"exit {res.returncode}: {res.stderr.strip()[-300:]}"}
+        except subprocess.TimeoutExpired as e:
+            partial = [ln for ln in (e.stdout or b"").decode().splitlines() if ln.startswith("{")]
+            got = json.loads(partial[-1]) if partial else {}
+            got["result"] = f"timed out after {args.case_timeout} s"
+        row.update(got)
+        row["wall_s"] = time.perf_counter() - t
+        print(json.dumps(row), flush=True)
+        with out.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+def table(path: str) -> None:
+    rows = [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]
+    print("| mode | step | trainable / all (M) | predicted peak GiB | measured peak GiB | s / step | samples/s |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        if r["case"] == "act":
+            continue
+        measured = f"{r['peak_gib']:.2f}" if "peak_gib" in r else r.get("result", "")
+        speed = (f"{r['step_s']:.1f} | {r['samples_per_s']:.2f}" if "step_s" in r else " | ")
+        print(f"| {r['mode']} | {r['step']} | {r['trainable_m']:.0f} / {r['params_m']:.0f} | {r['predicted_gib']:.2f} "
+              f"| {measured} | {speed} |")
+    for r in rows:
+        if r["case"] == "act":
+            print(f"\nact latency (deterministic, {r.get('threads', 1)} thread(s)): one observation "
+                  f"{r.get('act_1_s', float('nan')):.1f} s, 64 observations {r.get('act_64_s', float('nan')):.1f} s "
+                  f"(peak {r.get('act_64_peak_gib', r.get('act_1_peak_gib', float('nan'))):.2f} GiB) {r.get('result', '')}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="smolvla")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--modes", default=",".join(ORDER))
+    ap.add_argument("--limit-gib", type=float, default=6.0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--case-timeout", type=int, default=1200)
+    ap.add_argument("--no-act", dest="act", action="store_false")
+    ap.add_argument("--out", default="runs/vla_memory.jsonl")
+    ap.add_argument("--table")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.table:
+        table(args.table)
+    elif args.child:
+        print(json.dumps(child(args)), flush=True)
+    else:
+        parent(args)
+
+
+if __name__ == "__main__":
+    main()
