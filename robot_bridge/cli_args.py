@@ -14,7 +14,12 @@ def robot_sim_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--domain-id", type=int, default=None, help="ROS 2 domain (default $ROS_DOMAIN_ID or 0)")
     p.add_argument("--namespace", default="")
     p.add_argument("--image-size", type=int, default=64, help="camera image side; 0: no camera")
-    p.add_argument("--camera", default="front", choices=["front", "wrist"])
+    p.add_argument("--camera", default="front", choices=["front", "wrist"],
+                   help="kept for old command lines: every camera of the task is published, front on "
+                        "/camera/image_raw, the others on /camera/<name>/image_raw")
+    p.add_argument("--interface", default="cmd", choices=["cmd", "pose", "twist", "trajectory"],
+                   help="how it is commanded: /cmd (EE deltas), a pose target, a twist, a joint trajectory "
+                        "(docs/robot_interfaces.md)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--free-run", action="store_true", help="step at --rate instead of once per command")
     p.add_argument("--transport", default="auto", choices=TRANSPORT_CHOICES)

@@ -5,7 +5,13 @@ Observations (dict, B = 1):
                                     MuJoCo suite's 9 values (TCP xyz = joints x, y, z; their
                                     velocities; finger gap = finger_left + finger_right; gap
                                     velocity; the last gripper command sent); "joints":
-                                    positions then velocities of `joint_names` (S = 2 J)
+                                    positions then velocities of `joint_names` (S = 2 J);
+                                    "ee_pose": the tabletop 9 from the PoseStamped on
+                                    ee_pose_topic (TCP = pose - ee_origin; velocity between
+                                    poses; the gap from gripper_joints, else from the last
+                                    gripper command; gap velocity 0); "arm": positions and
+                                    velocities of the J `joint_names`, the gripper's value
+                                    (gripper_joints summed), the last gripper command (S = 2 J + 2)
   "privileged"  float32 [1, P]      std_msgs/Float64MultiArray (digital twins only), optional
   "ee_pose"     float32 [1, 7]      geometry_msgs/PoseStamped (xyz, qw qx qy qz), optional
   "rgb_<cam>"   uint8 [1, H, W, 3]  sensor_msgs/Image (rgb8, bgr8, rgba8, bgra8, mono8) or
@@ -14,9 +20,13 @@ Observations (dict, B = 1):
                                     decode, roi, centre crop to the aspect, INTER_AREA resize)
   "instruction" list[str] of 1      from the config or a std_msgs/String topic
 Actions float32 [1, A]: the safety filter makes a command of them against the newest
-joint state (where the robot is now, even when a late reply left the observation behind),
-published on `command_topic` as Float64MultiArray (the A values) or a one-point
-JointTrajectory. Pacing: one command per 1 / control_hz. With `sync`, step waits for a joint
+state (where the robot is now, even when a late reply left the observation behind), sent
+through the command interface (robot_bridge/arm_commands.py: the twin's /cmd, a pose target, a
+twist, a joint trajectory, forward commands; the gripper on its own topic). `chunk_step` sends
+a chunk [1, K, A] as one JointTrajectory of K points (interface joint_trajectory), each point
+filtered against the one before. When no command may be sent (stale state, e-stop) the arm is
+held: a zero twist; on e-stop also the pose held as target, or the joint positions. In the
+ee_pose layout the newest state is the newest PoseStamped (the "joint state" below). Pacing: one command per 1 / control_hz. With `sync`, step waits for a joint
 state newer (header stamp) than the newest one when the command was sent, so a stepped twin
 and a robot streaming states both work, and a step after a late reply is back in lock step; a
 command whose step timed out is answered (a newer state) before the next one is checked.
@@ -39,23 +49,17 @@ import torch
 
 from robot_bridge import camera as cam_tf
 from robot_bridge import ros_types as rt
-from robot_bridge.robot_env_config import COMMAND_TYPES, RobotEnvConfig
+from robot_bridge.arm_commands import ArmCommands, pose_values
+from robot_bridge.robot_env_config import RobotEnvConfig
+from robot_bridge.robot_state import FINGER_MAX, StateReader, check_pose
 from robot_bridge.safety import SafetyFilter
 from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, Received, Transport
 from robot_bridge.transport_factory import make_transport
-from sims.vecenv import EnvError, EnvSpec, Obs, Seed, StepResult, VecEnv
-
-FINGER_MAX = 0.045  # the MuJoCo gripper: gap command = 1 - gap / FINGER_MAX
-
+from sims.vecenv import ChunkStepResult, EnvError, EnvSpec, Obs, Seed, StepResult, VecEnv
 
 def _dropped(sub: Any) -> str:
     """The tail of a timeout error: why the subscription's last message was dropped, if any."""
     return f"; {sub.rejected} ignored, the last because: {sub.last_rejection}" if sub.rejected else ""
-
-
-def _check_pose(msg: Any) -> str | None:
-    p, q = msg.pose.position, msg.pose.orientation
-    return None if np.isfinite([p.x, p.y, p.z, q.w, q.x, q.y, q.z]).all() else "NaN or inf in the pose"
 
 
 class RobotEnv(VecEnv):
@@ -67,25 +71,30 @@ class RobotEnv(VecEnv):
         if c.success == "classifier" and success_fn is None:
             raise EnvError("success: 'classifier' needs a success_fn")
         self.success_fn = success_fn
-        S = 9 if c.state_layout == "tabletop" else 2 * len(c.joint_names)
-        self.spec = EnvSpec(task=c.task, num_envs=1, action_dim=c.action_dim, state_dim=S,
+        self.st = StateReader(c)  # the state vector of the layout; st.grip: the last gripper command
+        self.spec = EnvSpec(task=c.task, num_envs=1, action_dim=c.action_dim, state_dim=self.st.dim,
                             privileged_dim=c.privileged_dim, max_episode_steps=c.max_episode_steps,
                             control_hz=c.control_hz, cameras=tuple(c.image_topics), image_size=tuple(c.image_size))
         self.tr = transport or make_transport(c.transport, c.domain_id, "robot_env")
         self._own_transport = transport is None
         self.safety = SafetyFilter(c.safety) if c.safety is not None else None
         t = c.topic
-        self._js = self.tr.subscribe(t(c.joint_states_topic), "sensor_msgs/msg/JointState", SENSOR_QOS)
+        self._on_pose = self.st.on_pose  # the state (and the sync clock) comes from the pose
+        self._js = (self.tr.subscribe(t(c.ee_pose_topic), "geometry_msgs/msg/PoseStamped", SENSOR_QOS, callback=self.st.track)
+                    if self._on_pose else self.tr.subscribe(t(c.joint_states_topic), "sensor_msgs/msg/JointState", SENSOR_QOS))
+        if self._on_pose and c.gripper_joints:
+            self.st.grip_js = self.tr.subscribe(t(c.joint_states_topic), "sensor_msgs/msg/JointState", SENSOR_QOS)
         self._images = {cam: self.tr.subscribe(t(top), c.image_type, SENSOR_QOS) for cam, top in c.image_topics.items()}
         self._priv = self.tr.subscribe(t(c.privileged_topic), "std_msgs/msg/Float64MultiArray", SENSOR_QOS) if c.privileged_topic else None
-        self._pose = self.tr.subscribe(t(c.ee_pose_topic), "geometry_msgs/msg/PoseStamped", SENSOR_QOS) if c.ee_pose_topic else None
+        self._pose = (self._js if self._on_pose else self.tr.subscribe(t(c.ee_pose_topic), "geometry_msgs/msg/PoseStamped",
+                                                                        SENSOR_QOS)) if c.ee_pose_topic else None
         self._instr = self.tr.subscribe(t(c.instruction_topic), "std_msgs/msg/String", SENSOR_QOS) if c.instruction_topic else None
         self._succ = self.tr.subscribe(t(c.success_topic), "std_msgs/msg/Bool", SENSOR_QOS) if c.success == "topic" else None
         self._reset_done = self.tr.subscribe(t(c.reset_done_topic), "std_msgs/msg/Int64", COMMAND_QOS) if c.reset == "topic" else None
         self._reset_pub = self.tr.publisher(t(c.reset_topic), "std_msgs/msg/Int64", COMMAND_QOS) if c.reset == "topic" else None
-        self._cmd = self.tr.publisher(t(c.command_topic), c.command_type, COMMAND_QOS)
+        self.out = ArmCommands(c, self.tr)
         self.tr.subscribe(t(c.estop_topic), "std_msgs/msg/Bool", COMMAND_QOS, callback=self._on_estop)
-        self._js.check = self._check_joint_state
+        self._js.check = check_pose if self._on_pose else self.st.check_joint_state
         if self._priv is not None:
             self._priv.check = self._check_privileged
         self.camera = c.camera_transform  # every frame: decode, crop, resize (robot_bridge/camera.py)
@@ -93,14 +102,13 @@ class RobotEnv(VecEnv):
         for name, sub in self._images.items():
             sub.check = self._image_check(name)
         if self._pose is not None:
-            self._pose.check = _check_pose
+            self._pose.check = check_pose
         self.commands_sent = 0
         self.last_command_time = float("nan")
         self._stamp = -1.0  # header stamp of the joint state the current obs was built from
         self._acted_on = -1.0  # header stamp of the newest joint state when the last command was sent
         self._unanswered = False  # sync: the last command's step timed out before the robot's answer came
         self.autoreset = True  # False: step() leaves a finished episode as it ended; the caller resets
-        self._grip = 0.0
         self._elapsed = 0
         self._next_tick = 0.0
         self._obs: Obs | None = None
@@ -111,18 +119,6 @@ class RobotEnv(VecEnv):
             self.safety.estop("estop topic")
 
     # ------------------------------------------------------------------ message checks
-    def _check_joint_state(self, js: Any) -> str | None:
-        names = list(js.name)
-        missing = [n for n in self.cfg.joint_names if n not in names]
-        if missing:
-            return f"missing joints {missing}; got {names}"
-        if len(js.position) != len(names) or len(js.velocity) not in (0, len(names)):
-            return f"{len(js.position)} positions and {len(js.velocity)} velocities for {len(names)} joints"
-        idx = [names.index(n) for n in self.cfg.joint_names]
-        values = np.concatenate([np.asarray(js.position, np.float64)[idx],
-                                 np.asarray(js.velocity, np.float64)[idx] if len(js.velocity) else []])
-        return None if np.isfinite(values).all() else "NaN or inf in positions or velocities"
-
     def _check_privileged(self, msg: Any) -> str | None:
         p = np.asarray(msg.data, np.float64)
         if p.size != self.cfg.privileged_dim:
@@ -169,21 +165,9 @@ class RobotEnv(VecEnv):
                            + _dropped(sub))
         return got
 
-    def _state_vector(self, js: Any) -> np.ndarray:
-        idx = {n: i for i, n in enumerate(js.name)}
-        missing = [n for n in self.cfg.joint_names if n not in idx]
-        if missing:
-            raise EnvError(f"joint_states: missing joints {missing}; got {list(js.name)}")
-        order = [idx[n] for n in self.cfg.joint_names]
-        pos = np.asarray(js.position, np.float64)[order]
-        vel = np.asarray(js.velocity, np.float64)[order] if len(js.velocity) == len(js.name) else np.zeros(len(order))
-        if self.cfg.state_layout == "joints":
-            return np.concatenate([pos, vel])
-        return np.array([*pos[:3], *vel[:3], pos[3] + pos[4], vel[3] + vel[4], self._grip])
-
     def _observe(self, js: Received) -> Obs:
         c = self.cfg
-        state = self._state_vector(js.msg)
+        state = self.st.vector(js.msg)
         obs: Obs = {"state": torch.from_numpy(state.astype(np.float32))[None]}
         if self._priv is not None:
             p = rt.float64_array_values(self._need(self._priv, "privileged").msg).reshape(-1)
@@ -202,8 +186,7 @@ class RobotEnv(VecEnv):
             instr = self._instr.latest().msg.data
         obs["instruction"] = [instr]
         self._stamp = rt.stamp_seconds(js.msg.header.stamp)
-        n = 3 if c.state_layout == "tabletop" else len(c.joint_names)
-        self._pos = state[:n].copy()  # float64 positions the safety filter checks against
+        self._pos = state[:self.st.n_pos].copy()  # float64 positions the safety filter checks against
         return obs
 
     # ------------------------------------------------------------------ reset
@@ -239,33 +222,58 @@ class RobotEnv(VecEnv):
         if js is None:
             raise EnvError(f"robot: no {c.topic(c.joint_states_topic)} after reset within {c.obs_timeout_s:.1f} s"
                            + _dropped(self._js))
-        gap = self._state_vector(js.msg)[6] if c.state_layout == "tabletop" else 0.0
-        self._grip = float(np.clip(1.0 - gap / FINGER_MAX, -1.0, 1.0))
+        self.st.grip = self.st.gripper_now(js.msg)
+        if c.interface == "pose_target" and c.ee_orientation is None:  # pose targets keep this orientation
+            self.out.orientation = pose_values(js.msg)[3:]
         if self.safety is not None:
-            self.safety.hold_gripper = self._grip
+            self.safety.hold_gripper = self.st.grip
         self._elapsed = 0
         self._unanswered = False
         self._obs = self._observe(js)
         return self._obs, {}
 
     # ------------------------------------------------------------------ stepping
-    def _publish(self, cmd: np.ndarray) -> None:
-        c = self.cfg
-        if c.command_type == COMMAND_TYPES[0]:
-            self._cmd.publish(rt.float64_array(cmd))
-        else:
-            self._cmd.publish(rt.joint_trajectory(c.joint_names[:len(cmd)], cmd[None], 1.0 / c.control_hz))
+    def _publish(self, cmd: np.ndarray, start: np.ndarray) -> None:
+        """Send commands [A] or [K, A] that passed the filter from position start."""
+        self.out.send(cmd, start)
         self.commands_sent += 1
         self._unanswered = True  # until a state newer than _acted_on arrives (step's _fresh_state)
         self.last_command_time = time.monotonic()  # for latency: command sent - observation received
 
     def _position(self, js: Received) -> tuple[np.ndarray, float]:
-        """float64 positions the safety filter checks against [3] (tabletop) or [J], and the stamp."""
-        n = 3 if self.cfg.state_layout == "tabletop" else len(self.cfg.joint_names)
-        return self._state_vector(js.msg)[:n], rt.stamp_seconds(js.msg.header.stamp)
+        """float64 positions the safety filter checks against [3] (TCP) or [J], and the stamp."""
+        return self.st.vector(js.msg)[:self.st.n_pos], rt.stamp_seconds(js.msg.header.stamp)
 
-    def _command(self, action: Any) -> None:
-        """Filter and send one command at the next control tick; EnvError when none may be sent."""
+    def _safety_position(self, pos: np.ndarray, action: Any) -> np.ndarray:
+        """The arm layout's filter position: the joints, then the proposed gripper command itself
+        (clipped to [-1, 1] by the joint limits; a gripper is not rate limited here)."""
+        if self.cfg.state_layout != "arm":
+            return pos
+        try:
+            g = float(np.asarray(action.detach().cpu() if isinstance(action, torch.Tensor) else action,
+                                 np.float64).reshape(-1)[-1])
+        except (TypeError, ValueError, IndexError):
+            g = self.st.grip
+        return np.append(pos, np.clip(g, -1.0, 1.0) if np.isfinite(g) else self.st.grip)
+
+    def hold(self, estop: bool = False) -> bool:
+        """Command the arm to stay (arm_commands.ArmCommands.hold): always for twist (a zero twist);
+        on e-stop also the newest pose as target, or the newest joint positions."""
+        if self.cfg.interface == "twist":
+            return self.out.hold()
+        if not estop:
+            return False
+        js = self._js.latest()
+        if js is None:
+            return False
+        pos = self._position(js)[0]
+        if self._on_pose:
+            return self.out.hold(pose=pose_values(js.msg)[:3])
+        return self.out.hold(joints=pos)
+
+    def _command(self, action: Any, chunk: bool = False) -> int:
+        """Filter and send one command (chunk: a list of K, as one trajectory) at the next control
+        tick; returns how many were sent; EnvError when none may be sent."""
         now = time.monotonic()
         if now < self._next_tick:
             time.sleep(self._next_tick - now)
@@ -278,11 +286,12 @@ class RobotEnv(VecEnv):
             self._unanswered = False
         latest = self._js.latest()
         self._acted_on = max(self._stamp, rt.stamp_seconds(latest.msg.header.stamp) if latest else -1.0)
+        actions = action if chunk else [action]
         if self.safety is None:
-            a = np.asarray(action, np.float64).reshape(-1)
-            if a.shape != (self.cfg.action_dim,) or not np.isfinite(a).all():
-                raise EnvError(f"action: expected {self.cfg.action_dim} finite values, got shape {a.shape}")
-            return self._publish(a)
+            cmds = np.stack([np.asarray(a, np.float64).reshape(-1) for a in actions])
+            if cmds.shape[1] != self.cfg.action_dim or not np.isfinite(cmds).all():
+                raise EnvError(f"action: expected {self.cfg.action_dim} finite values, got shape {cmds.shape}")
+            return self._sent(cmds, self._pos)
         end = time.monotonic() + self.cfg.obs_timeout_s
         while True:
             js = self._js.latest()
@@ -290,31 +299,57 @@ class RobotEnv(VecEnv):
             # the limits hold for where the robot is now: the newest joint state, which is newer than
             # the observation when a reply came late (a link fault), not the observation's position
             pos, stamp = (self._pos, self._stamp) if js is None else self._position(js)
-            cmd = self.safety.filter(action, pos, obs_age=age)
-            if cmd is not None:
+            cmds = self._filter_chunk(actions, pos, age)
+            if cmds is not None:
                 break
+            self.hold(self.safety.estopped)
             if self.safety.estopped:
                 raise EnvError("robot: e-stop engaged; no further commands (clear it on the robot, then restart)")
             if time.monotonic() > end:
+                topic = self.cfg.ee_pose_topic if self._on_pose else self.cfg.joint_states_topic
                 raise EnvError(f"robot: observations stale for {self.cfg.obs_timeout_s:.1f} s on "
-                               f"{self.cfg.topic(self.cfg.joint_states_topic)}; commanding stopped")
+                               f"{self.cfg.topic(topic)}; commanding stopped")
             self._js.wait_newer(js.seq if js else 0, 1.0 / self.cfg.control_hz)
         if self.safety.estopped:  # an e-stop that arrived while filtering
+            self.hold(True)
             raise EnvError("robot: e-stop engaged; no further commands")
         self._acted_on = max(self._stamp, stamp)
-        self._publish(cmd)
-        if self.cfg.state_layout == "tabletop" and len(cmd) > 3:
-            self._grip = float(cmd[3])
+        self._sent(cmds, pos)
+        return len(cmds)
+
+    def _filter_chunk(self, actions: list, pos: np.ndarray, age: float) -> np.ndarray | None:
+        """Safe commands [K', A] (K' <= K: up to the first refused one), each filtered against the
+        target of the one before, or None when the first is refused."""
+        out, now = [], time.monotonic()
+        for k, a in enumerate(actions):
+            cmd = self.safety.filter(a, self._safety_position(pos, a), obs_age=age, now=now + k / self.cfg.control_hz)
+            if cmd is None:
+                break
+            out.append(cmd)
+            pos = self.out.targets(cmd[None], pos)[0] if self.out.ee else cmd[:self.st.n_pos]
+        return np.stack(out) if out else None
+
+    def _sent(self, cmds: np.ndarray, pos: np.ndarray) -> int:
+        self._publish(cmds, pos)
+        c = self.cfg
+        if c.state_layout in ("tabletop", "ee_pose") and cmds.shape[1] > 3:
+            self.st.grip = float(cmds[-1, 3])
+        elif c.state_layout == "arm":
+            self.st.grip = float(cmds[-1, -1])
+        return len(cmds)
 
     def step(self, action: torch.Tensor) -> StepResult:
         if self._obs is None:
             raise EnvError("robot: call reset() before step()")
         act = action[0] if isinstance(action, torch.Tensor) and action.dim() == 2 and len(action) == 1 else action
         self._command(act)
-        js = self._fresh_state(self._acted_on) if self.cfg.sync else self._js.latest()
+        return self._finish(self._fresh_state(self._acted_on) if self.cfg.sync else self._js.latest(), 1)
+
+    def _finish(self, js: Received, steps: int) -> StepResult:
+        """The step's result after `steps` control periods, observed from js."""
         self._unanswered = False
         obs = self._observe(js)
-        self._elapsed += 1
+        self._elapsed += steps
         success = self._success(obs)
         truncated = self._elapsed >= self.cfg.max_episode_steps and not success
         if truncated and self.cfg.success == "operator":
@@ -328,6 +363,38 @@ class RobotEnv(VecEnv):
             res.obs, _ = self.reset()
         self._obs = res.obs
         return res
+
+    def chunk_step(self, actions: torch.Tensor) -> ChunkStepResult:
+        """actions [1, K, A]. Interface joint_trajectory: the commands (filtered one after another,
+        up to the first refused, K') go as ONE trajectory; the state is observed once, after the
+        K' / control_hz it takes (reward and success at its last point). Other interfaces: K steps
+        (an episode that ends ends the chunk)."""
+        if self._obs is None:
+            raise EnvError("robot: call reset() before chunk_step()")
+        K = actions.shape[1]
+        reward = torch.zeros(1, K)
+        term, trunc, valid, success = (torch.zeros(1, K, dtype=torch.bool) for _ in range(4))
+        final = None
+        if self.cfg.interface != "joint_trajectory":
+            for k in range(K):
+                res = self.step(actions[:, k])
+                valid[:, k], reward[:, k], term[:, k], trunc[:, k] = True, res.reward, res.terminated, res.truncated
+                success[:, k] = res.info["success"]
+                if res.done.any():
+                    final = res.final_obs
+                    break
+            return ChunkStepResult(obs=res.obs, reward=reward, terminated=term, truncated=trunc,
+                                   info={"success": success}, valid=valid, final_obs=final)
+        sent = self._command(list(actions[0]), chunk=True)
+        period = 1.0 / self.cfg.control_hz
+        self._next_tick += (sent - 1) * period
+        time.sleep(max(0.0, self.last_command_time + sent * period - time.monotonic()))  # it runs
+        res = self._finish(self._fresh_state(self._acted_on) if self.cfg.sync else self._js.latest(), sent)
+        k = sent - 1
+        valid[:, :sent], reward[:, k], term[:, k], trunc[:, k] = True, res.reward, res.terminated, res.truncated
+        success[:, k] = res.info["success"]
+        return ChunkStepResult(obs=res.obs, reward=reward, terminated=term, truncated=trunc,
+                               info={"success": success}, valid=valid, final_obs=res.final_obs)
 
     def step_past_end(self, action: torch.Tensor) -> Obs:
         """One more command, through the safety filter, and the frame after it, once an episode
@@ -349,6 +416,8 @@ class RobotEnv(VecEnv):
         return False
 
     def close(self) -> None:
+        if self.cfg.interface == "twist":  # a zero twist: the servo stops now, not at its timeout
+            self.out.hold()
         if self.safety is not None:
             self.safety.end_episode("last episode")
         if self._own_transport:
