@@ -180,10 +180,12 @@ $(METAWORLD_STAMP): $(METAWORLD_REQS)
 # .venv-ros-jazzy and .venv-ros-kilted (both install the top-level packages rclpy, std_msgs, ...,
 # so they cannot share one), pinned by robot_bridge/requirements/ros2-<distro>.txt, pip
 # constrained by constraints.txt (torch==2.13.0; nothing in them needs torch, checked below; the
-# numpy and PyYAML they pull in are the main venv's versions). A .pth file puts the main venv's
-# packages after the venv's own, so its python runs the toolkit with rclpy in the process (the
-# rclpy transport) and the tests' real ROS 2 nodes. `make test` builds them once; the tests
-# that need them skip without them.
+# numpy and PyYAML they pull in are the main venv's versions). The project goes in editable and
+# without its dependencies (`pip install --no-deps -e .`: no torch in them), which gives each venv
+# an `embodied` command that runs from any directory; a .pth file puts the main venv's packages
+# after the venv's own, so `.venv-ros-<distro>/bin/embodied ... --transport rclpy` runs the
+# toolkit with rclpy in the process, and the tests' real ROS 2 nodes run there. `make test`
+# builds them once; the tests that need them skip without them.
 ROS2_DISTROS := jazzy kilted
 ROS2_STAMPS  := $(foreach d,$(ROS2_DISTROS),.venv-ros-$(d)/.installed)
 
@@ -195,11 +197,13 @@ ros2: $(ROS2_STAMPS)
 	$(PYTHON) -m venv .venv-ros-$*
 	.venv-ros-$*/bin/python -m pip install -q -c constraints.txt -r robot_bridge/requirements/ros2-$*.txt
 	! .venv-ros-$*/bin/python -c "import torch" 2>/dev/null || { echo "ros2: torch came into .venv-ros-$*"; exit 1; }
+	.venv-ros-$*/bin/python -m pip install -q --no-deps -c constraints.txt -e .
 	$(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > \
 		"$$(.venv-ros-$*/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/embodied-main-venv.pth"
 	.venv-ros-$*/bin/python -c "import rclpy, std_srvs.srv, sensor_msgs.msg, cyclonedds, rosbags; rclpy.init(); \
 		n = rclpy.create_node('make_ros2_check'); print('ros2 $*:', rclpy.utilities.get_rmw_implementation_identifier()); \
 		n.destroy_node(); rclpy.shutdown()"
+	cd / && $(CURDIR)/.venv-ros-$*/bin/embodied list > /dev/null
 	touch $@
 
 clean:

@@ -9,26 +9,18 @@ The camera transform the frames went through (RobotEnv's `camera`, robot_bridge/
 is written into meta/info.json (`embodied.spec.camera_transform`), and a dataset recorded
 with one transform is not appended to with another.
 
-`ingest_rosbag` turns a rosbag2 recording (rosbags' Reader) into the same format, aligning
-topics by time: one step per command message; each observation topic contributes its
-newest message received at or before the command (ZOH), steps before every topic has a
-message are dropped. Episodes are split at messages on the reset topic (or one episode).
-Camera frames go through `BagTopics.camera` (a CameraTransform; None keeps each frame's own
-size), recorded in the metadata as above.
+rosbag2 recordings (sqlite3 or MCAP) go into the same format through robot_bridge/bag_ingest.py.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from embodied.data.dataset import DatasetError, EpisodeWriter
-from robot_bridge import ros_types as rt
-from robot_bridge.camera import CameraTransform, decode
+from robot_bridge.camera import CameraTransform
 from sims.vecenv import EnvError, Obs, Seed, StepResult, VecEnv
 
 
@@ -92,86 +84,3 @@ class RecordingEnv(VecEnv):
 
     def close(self) -> None:
         self.env.close()
-
-
-@dataclass
-class BagTopics:
-    """Which topics of a bag make which fields. obs_topics: obs key -> topic; the key decides
-    the decoding: "state" (JointState positions then velocities of joint_names, or the
-    tabletop layout when joint_names is None and the joints are the MuJoCo gripper's),
-    "rgb_*" (Image/CompressedImage), anything else (Float64MultiArray values)."""
-
-    command_topic: str = "/cmd"
-    obs_topics: dict[str, str] = field(default_factory=lambda: {"state": "/joint_states"})
-    joint_names: tuple[str, ...] | None = None
-    success_topic: str | None = "/success"
-    reset_topic: str | None = "/reset"
-    instruction: str = ""
-    control_hz: float = 20.0  # the dataset's fps
-    camera: CameraTransform | None = None  # frames to the policy's size; None: as recorded
-
-
-def _decode(key: str, msg: Any, joint_names: tuple[str, ...] | None, grip: float,
-            camera: CameraTransform | None = None) -> torch.Tensor:
-    if key.startswith("rgb_"):
-        return torch.from_numpy(decode(msg) if camera is None else camera(msg))
-    if hasattr(msg, "position") and hasattr(msg, "name"):  # JointState
-        idx = {n: i for i, n in enumerate(msg.name)}
-        if joint_names is None:
-            pos, vel = np.asarray(msg.position), np.asarray(msg.velocity)
-            p = [pos[idx[n]] for n in ("x", "y", "z", "finger_left", "finger_right")]
-            v = [vel[idx[n]] for n in ("x", "y", "z", "finger_left", "finger_right")] if len(vel) else [0.0] * 5
-            return torch.tensor([*p[:3], *v[:3], p[3] + p[4], v[3] + v[4], grip], dtype=torch.float32)
-        pos = [msg.position[idx[n]] for n in joint_names]
-        vel = [msg.velocity[idx[n]] for n in joint_names] if len(msg.velocity) else [0.0] * len(joint_names)
-        return torch.tensor([*pos, *vel], dtype=torch.float32)
-    return torch.from_numpy(rt.float64_array_values(msg).reshape(-1).astype(np.float32))
-
-
-def ingest_rosbag(bag: str | Path, out: str | Path, task: str, topics: BagTopics | None = None) -> dict[str, Any]:
-    """Convert a rosbag2 directory into an episode dataset at `out`; returns a summary."""
-    from rosbags.rosbag2 import Reader
-
-    topics = topics or BagTopics()
-    wanted = {topics.command_topic, topics.success_topic, topics.reset_topic, *topics.obs_topics.values()} - {None}
-    store = rt.typestore()
-    with Reader(Path(bag)) as reader:
-        present = {c.topic for c in reader.connections}
-        missing = sorted({topics.command_topic, *topics.obs_topics.values()} - present)
-        if missing:
-            raise EnvError(f"bag topics: {missing} not in {Path(bag).name}; it has {sorted(present)}")
-        conns = [c for c in reader.connections if c.topic in wanted]
-        events = [(t, c.topic, store.deserialize_cdr(raw, c.msgtype)) for c, t, raw in reader.messages(connections=conns)]
-    events.sort(key=lambda e: e[0])
-    latest: dict[str, Any] = {}
-    success, grip = False, 0.0
-    episodes: list[list[dict[str, torch.Tensor]]] = [[]]
-    for _, topic, msg in events:
-        if topic == topics.reset_topic:
-            if episodes[-1]:
-                episodes.append([])
-            latest.clear()
-            success = False
-        elif topic == topics.success_topic:
-            success = bool(msg.data)
-            if episodes[-1]:
-                episodes[-1][-1]["success"] = torch.tensor(success)
-                episodes[-1][-1]["reward"] = torch.tensor(float(success))
-        elif topic == topics.command_topic:
-            a = np.asarray(msg.data if hasattr(msg, "data") else msg.points[0].positions, np.float32).reshape(-1)
-            if all(t in latest for t in topics.obs_topics.values()):
-                step = {f"obs.{k}": _decode(k, latest[t], topics.joint_names, grip, topics.camera) for k, t in topics.obs_topics.items()}
-                step.update(action=torch.from_numpy(a), reward=torch.tensor(0.0), success=torch.tensor(False))
-                episodes[-1].append(step)
-            if len(a) > 3:
-                grip = float(a[3])
-        else:
-            latest[topic] = msg
-    writer = episode_writer(out, task, {"task": task, "num_envs": 1, "control_hz": topics.control_hz,
-                                 "source": f"rosbag2:{Path(bag).name}"}, topics.camera)
-    written = 0
-    for steps in episodes:
-        if steps:
-            writer.add({k: torch.stack([s[k] for s in steps]) for k in steps[0]}, topics.instruction, None)
-            written += 1
-    return {"out": str(out), "episodes": written, "steps": sum(len(e) for e in episodes)}

@@ -2,7 +2,10 @@
 
 Subscribes to the robot's observations (through robot_bridge.RobotEnv: joint states, the
 privileged Float64MultiArray of a digital twin when the policy was trained on it, camera
-images for rgb policies), runs `policy.act`, publishes each action chunk [K, A] on
+images of every camera an rgb policy reads, each frame through the camera transform the
+policy's dataset recorded), checks before the first reset that the robot gives each of them
+(robot_bridge/robot_check.py: one line naming what is missing and what the robot has), runs
+`policy.act`, publishes each action chunk [K, A] on
 /policy/action_chunk (std_msgs/Float64MultiArray, layout dims "chunk", "action") and executes
 it one command per control period behind the safety layer. Episodes start from seeded
 resets (the evaluation seeds of `embodied eval`), so results compare with simulation.
@@ -21,26 +24,67 @@ import torch
 from robot_bridge import ros_types as rt
 from robot_bridge.cli_args import serve_arguments
 from robot_bridge.recorder import RecordingEnv
+from robot_bridge.robot_check import START_TIMEOUT_S, check_robot_gives
 from robot_bridge.robot_env import RobotEnv, RobotEnvConfig
 from robot_bridge.safety import SafetyConfig
 from robot_bridge.transport import COMMAND_QOS
-
-
 from robot_bridge.transport_factory import make_transport
+
+
+def camera_topic(cam: str) -> str:
+    """The image topic of a camera on `embodied robot-sim`: front /camera/image_raw, another
+    /camera/<cam>/image_raw."""
+    return "/camera/image_raw" if cam == "front" else f"/camera/{cam}/image_raw"
+
+
+def policy_needs(cfg: Any, record: dict[str, Any] | None = None) -> list[str]:
+    """The robot observations a checkpoint's policy reads (its record's obs_keys, else its
+    config's), with the joint state RobotEnv's safety filter reads in any case: state,
+    privileged, rgb_<cam>."""
+    keys = list((record or {}).get("obs_keys") or [])
+    if not keys:
+        keys = [cfg.policy.obs_key] if cfg.policy.name == "mlp" else ["state"]
+        keys += [f"rgb_{c}" for c in cfg.env.cameras] if cfg.env.obs_mode == "rgb" else []
+    return list(dict.fromkeys(["state", *keys]))
+
+
+def recorded_camera(record: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The camera transform (crop, interpolation, roi) the policy's training frames went through:
+    the policy record's `camera_transform`, else the one its dataset's meta/info.json recorded
+    (robot recordings and ingested bags carry one, robot_bridge/recorder.py); None when neither
+    says (frames rendered at the policy's size: the default transform)."""
+    from embodied.data.layout import DatasetError, read_info
+
+    record = record or {}
+    got = record.get("camera_transform")
+    if got is None and record.get("dataset"):
+        try:
+            got = (read_info(record["dataset"]).get("embodied") or {}).get("spec", {}).get("camera_transform")
+        except DatasetError:
+            got = None  # the dataset is not on this machine: nothing recorded to apply
+    if not got:
+        return None
+    return {k: got[k] for k in ("crop", "interpolation", "roi") if got.get(k) is not None}
+
+
 def robot_config_for(cfg: Any, namespace: str = "", control_hz: float = 20.0, transport: str = "auto",
-                     domain_id: int | None = None) -> RobotEnvConfig:
-    """The RobotEnv topics a checkpoint's policy needs (the sim robot node's topic names)."""
+                     domain_id: int | None = None, record: dict[str, Any] | None = None) -> RobotEnvConfig:
+    """The RobotEnv topics a checkpoint's policy needs (the sim robot node's topic names), every
+    camera it reads, each frame through the camera transform its dataset recorded (`record`: the
+    policy's record)."""
     from sims.registry import make_env
 
     spec = make_env(cfg.env.task, 1, num_threads=1).spec
+    needs = policy_needs(cfg, record)
     rgb = cfg.env.obs_mode == "rgb"
-    priv = cfg.policy.obs_key == "privileged"
+    priv = "privileged" in needs
     return RobotEnvConfig(task=cfg.env.task, namespace=namespace, control_hz=control_hz,
                           max_episode_steps=spec.max_episode_steps, action_dim=spec.action_dim,
                           privileged_topic="/privileged" if priv else None,
                           privileged_dim=spec.privileged_dim if priv else 0,
-                          image_topics={"front": "/camera/image_raw"} if rgb else {},
+                          image_topics={c: camera_topic(c) for c in cfg.env.cameras} if rgb else {},
                           image_size=(cfg.env.image_size, cfg.env.image_size),
+                          camera=recorded_camera(record) if rgb else None,
                           instruction_topic="/instruction", transport=transport, domain_id=domain_id,
                           safety=SafetyConfig(action_dim=spec.action_dim, control_hz=control_hz))
 
@@ -57,8 +101,19 @@ def serve(checkpoint: str | Path, episodes: int = 10, namespace: str = "", contr
     ckpt, cfg, policy = load_trained(checkpoint)
     policy = policy.to(dev)
     tr = make_transport(transport, domain_id, "policy_node")
-    rcfg = robot_config_for(cfg, namespace, control_hz, transport, domain_id)
-    env: Any = RobotEnv(rcfg, transport=tr)
+    rcfg = robot_config_for(cfg, namespace, control_hz, transport, domain_id, record=policy.record)
+    try:
+        env: Any = RobotEnv(rcfg, transport=tr)
+    except Exception:
+        tr.close()
+        raise
+    try:  # before the first reset: the robot gives every observation the policy reads
+        check_robot_gives(env, policy_needs(cfg, policy.record), max(START_TIMEOUT_S, rcfg.reset_timeout_s),
+                          who=f"checkpoint {ckpt}")
+    except Exception:
+        env.close()
+        tr.close()
+        raise
     if record:
         env = RecordingEnv(env, record)
     chunk_pub = tr.publisher(rcfg.topic("/policy/action_chunk"), "std_msgs/msg/Float64MultiArray", COMMAND_QOS)

@@ -3,8 +3,10 @@
 The twin is `embodied robot-sim TASK --reality PRESET` in a second process, on loopback DDS
 (its own domain), stepped once per command. A real robot is a RobotEnv built from a YAML of
 RobotEnvConfig fields (`--robot FILE`), checked against the checkpoint's observations before
-anything connects. Episodes start from seeded resets (the simulation's seeds, so the twin
-starts where the simulation started) and execute every action of each predicted chunk.
+anything connects; its frames go through the camera transform the checkpoint's dataset recorded,
+and before the first reset every topic the policy reads must deliver (robot_bridge/robot_check.py).
+Episodes start from seeded resets (the simulation's seeds, so the twin starts where the
+simulation started) and execute every action of each predicted chunk.
 Videos: the first failed robot episode is written from the frames of the robot's first camera,
 the frames its policy saw; a twin of a state policy is asked for a front camera at VIDEO_SIZE
 for this (the policy ignores it), a real robot records only if its config lists a camera.
@@ -40,8 +42,12 @@ def observed_cameras(cfg: Any) -> tuple[str, ...]:
     return tuple(cfg.env.cameras) if cfg.env.obs_mode == "rgb" else ()
 
 
-def robot_config_from_file(path: str | Path, cfg: Any, label: str) -> Any:
-    """RobotEnvConfig from a YAML of its fields; Sim2RealError when it cannot feed the checkpoint."""
+def robot_config_from_file(path: str | Path, cfg: Any, label: str, record: dict[str, Any] | None = None) -> Any:
+    """RobotEnvConfig from a YAML of its fields; Sim2RealError when it cannot feed the checkpoint.
+    record: the policy's record; the camera transform its dataset recorded becomes the robot's
+    `camera` (a YAML `camera` that differs from it is refused)."""
+    from embodied.deploy.serve import recorded_camera
+
     from robot_bridge.robot_env import RobotEnvConfig
     from robot_bridge.safety import SafetyConfig
     from sims.vecenv import EnvError
@@ -62,6 +68,13 @@ def robot_config_from_file(path: str | Path, cfg: Any, label: str) -> Any:
     for key in ("joint_names", "image_size"):
         if key in data:
             data[key] = tuple(data[key])
+    recorded = recorded_camera(record) if observed_cameras(cfg) else None
+    if recorded is not None:
+        if data.get("camera") is not None and _camera_keys(data["camera"]) != recorded:
+            raise Sim2RealError(f"robot.camera: {data['camera']} differs from the transform checkpoint {label}'s "
+                                f"training frames went through, {recorded}; allowed: leave it out (that one "
+                                f"applies), or the same")
+        data["camera"] = recorded
     safety = data.pop("safety", None)
     try:
         action_dim = int(data.get("action_dim", 4))
@@ -71,6 +84,13 @@ def robot_config_from_file(path: str | Path, cfg: Any, label: str) -> Any:
         raise Sim2RealError(f"robot: {e}") from None
     check_robot_matches(rc, cfg, label)
     return rc
+
+
+def _camera_keys(camera: Any) -> Any:
+    """A YAML `camera` mapping as recorded_camera gives it (roi a list, no None values)."""
+    if not isinstance(camera, dict):
+        return camera
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in camera.items() if v is not None}
 
 
 def check_robot_matches(rc: Any, cfg: Any, label: str) -> None:
@@ -88,7 +108,8 @@ def check_robot_matches(rc: Any, cfg: Any, label: str) -> None:
     spec = make_env(cfg.env.task, 1, num_threads=1).spec
     if rc.action_dim != spec.action_dim:
         raise Sim2RealError(f"robot.action_dim: {rc.action_dim}; checkpoint {label} acts in {spec.action_dim} dims")
-    if cfg.policy.obs_key == "privileged" and (not rc.privileged_topic or rc.privileged_dim != spec.privileged_dim):
+    reads_privileged = cfg.policy.name == "mlp" and cfg.policy.obs_key == "privileged"  # a VLA's obs_key is unused
+    if reads_privileged and (not rc.privileged_topic or rc.privileged_dim != spec.privileged_dim):
         raise Sim2RealError(f"robot.privileged_topic: checkpoint {label} reads the privileged state "
                             f"({spec.privileged_dim} values); allowed: a topic with privileged_dim "
                             f"{spec.privileged_dim} (digital twins only)")
@@ -169,12 +190,21 @@ def run_robot(policy: Any, rc: Any, seeds: Sequence[int], twin: Twin | None = No
     frame, then one per step) go to PREFIX_seed<s>.mp4, named in info["video"]; no camera, no video."""
     from embodied.eval.video import write_mp4
     from embodied.run.device import policy_act
+    from robot_bridge.robot_check import START_TIMEOUT_S, check_robot_gives
     from robot_bridge.robot_env import RobotEnv
     from sims.vecenv import EnvError
 
     if twin is not None:
         twin.check_alive()
     env = RobotEnv(rc)
+    needs = ["state", *(["privileged"] if rc.privileged_topic else []), *(f"rgb_{c}" for c in rc.image_topics)]
+    try:  # before the first reset: every observation the policy reads arrives (a robot may still be starting)
+        check_robot_gives(env, needs, max(START_TIMEOUT_S, rc.reset_timeout_s))
+    except EnvError as e:
+        env.close()
+        if twin is not None:
+            twin.check_alive()
+        raise Sim2RealError(str(e)) from None
     cam = f"rgb_{next(iter(rc.image_topics))}" if video and rc.image_topics else None
     successes, lengths, t0, written = [], [], time.monotonic(), None
     try:

@@ -34,7 +34,7 @@ from embodied.robot_rl.config import FinetuneConfig
 from embodied.robot_rl.data import load_policy
 from embodied.robot_rl.labels import Labels
 from embodied.robot_rl.link import ActorLink, to_wire
-from embodied.robot_rl.obs import obs_vector
+from embodied.robot_rl.obs import obs_keys, obs_vector
 from embodied.robot_rl.replay import chunk_transition
 from embodied.robot_rl.residual import BasePolicy, compose, residual_of
 from embodied.robot_rl.sim_robot import SimOperator, SimRobot
@@ -65,6 +65,8 @@ class Actor:
             self.env.autoreset = False
         # residual: the frozen VLA's action b per frame (obs["base_action"] [1, A]); the policy is the residual
         self.base = BasePolicy(cfg.residual, cfg.robot.action_dim) if cfg.residual is not None else None
+        if isinstance(env, RobotEnv):  # before the first reset: the robot gives what the policies read
+            self._check_robot(env)
         self.teleop: Teleop | SimOperator | None = None  # the operator: action() or None, before each step
         if cfg.teleop is not None:
             self.teleop = Teleop(self.env.tr, cfg.teleop, cfg.robot.topic(cfg.teleop.topic))
@@ -86,6 +88,22 @@ class Actor:
         self.t0 = time.monotonic()
         self._progress = open(self.dir / "progress.jsonl", "a")
         self.learner_alive: Any = None  # () -> bool: the learner process lives (set by run.py)
+
+    def _check_robot(self, env: RobotEnv) -> None:
+        """RobotMismatch (one line) unless the joint states and every key of obs_key (and the
+        residual VLA's cameras) arrive within robot.reset_timeout_s (at least START_TIMEOUT_S); the
+        robot's transport is closed then."""
+        from robot_bridge.robot_check import START_TIMEOUT_S, check_robot_gives
+
+        needs = ["state", *obs_keys(self.cfg.obs_key)]
+        if self.base is not None:  # the frozen VLA reads its cameras
+            needs += [f"rgb_{c}" for c in self.base.vla.config.cameras]
+        try:
+            check_robot_gives(env, needs, max(START_TIMEOUT_S, self.cfg.robot.reset_timeout_s),
+                              who=f"obs_key {self.cfg.obs_key}")
+        except EnvError:
+            env.close()
+            raise
 
     # ------------------------------------------------------------------ the learner
     def _poll_link(self) -> None:
