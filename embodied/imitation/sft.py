@@ -284,7 +284,8 @@ def cmd_sft(args: argparse.Namespace) -> int:
     cfg = load_sft_config(find_config(args.config), args.overrides)
     if not cfg.dataset:
         raise ConfigError("dataset: set the LeRobot dataset root, e.g. dataset=data/reach")
-    check_dataset(cfg, read_info(cfg.dataset))  # before any episode is read
+    info = read_info(cfg.dataset)
+    check_dataset(cfg, info)  # before any episode is read
     dataset = LeRobotDataset(cfg.dataset, chunk_size=cfg.chunk_size, cameras=cfg.cameras)  # only the cameras used
     torch.manual_seed(cfg.seed)  # seeds the initial weights too
     policy = build_policy(cfg, dataset.stats)
@@ -293,7 +294,9 @@ def cmd_sft(args: argparse.Namespace) -> int:
         raise ConfigError(f"init_from: {cfg.init_from} was trained on task {trained_on!r}, not {cfg.task!r}; "
                           f"allowed: task={trained_on} with a {trained_on} dataset, or a policy trained on {cfg.task}")
     policy.record = {"task": cfg.task, "obs_mode": "rgb", "obs_keys": ["state", *(f"rgb_{c}" for c in cfg.cameras)],
-                     "action_dim": int(policy.config.action_dim), "dataset": str(cfg.dataset)}
+                     "action_dim": int(policy.config.action_dim), "dataset": str(cfg.dataset),
+                     # the frames' camera transform (a robot recording's), for serve on a machine without the dataset
+                     "camera_transform": ((info.get("embodied") or {}).get("spec") or {}).get("camera_transform")}
     env = None
     with no_empty_dirs(cfg.run_dir):
         if cfg.eval_every or cfg.eval_episodes:

@@ -143,6 +143,9 @@ def test_serve_and_sim2real_apply_the_recorded_camera_transform(tmp_path):
     assert rc.camera_transform == camera and rc.privileged_topic is None
     assert rc.image_topics == {"front": "/camera/image_raw", "wrist": "/camera/wrist/image_raw"}
     assert robot_config_for(cfg, record={}).camera_transform == CameraTransform((64, 64))  # none recorded: the default
+    # `embodied sft` copies the transform into the record: served where the dataset is not
+    moved = {**record, "dataset": str(tmp_path / "elsewhere"), "camera_transform": camera.to_dict()}
+    assert robot_config_for(cfg, record=moved).camera_transform == camera
     robot = {"task": "Reach", "image_topics": rc.image_topics, "image_size": [64, 64]}
     (tmp_path / "robot.yaml").write_text(yaml.safe_dump(robot))
     assert robot_config_from_file(tmp_path / "robot.yaml", cfg, "vla", record).camera_transform == camera
