@@ -1,8 +1,9 @@
 """Before the first step: does the robot give every observation the policy reads?
 
 `embodied serve`, `sim2real --robot` and `finetune-robot` call `check_robot_gives(env, needs)`
-right after RobotEnv subscribed and before the first reset. It waits (up to timeout_s, all
-topics at once) for a first usable message on the topic of each needed key:
+right after RobotEnv subscribed and before the first reset. It waits for a first usable message
+on the topic of each needed key, all topics at once, up to timeout_s (a robot still starting) and
+START_TIMEOUT_S after the first of them arrived (a robot that is up):
 
   state        joint_states_topic (sensor_msgs/JointState with the configured joints)
   privileged   privileged_topic
@@ -78,22 +79,30 @@ def published_topics(transport: Any) -> dict[str, set[str]] | None:
 
 
 def check_robot_gives(env: Any, needs: Iterable[str], timeout_s: float = 5.0, who: str = "the policy") -> None:
-    """RobotMismatch (an EnvError, one line) unless every key in `needs` got a usable message within timeout_s.
+    """RobotMismatch (an EnvError, one line) unless every key in `needs` got a usable message within
+    timeout_s, or within START_TIMEOUT_S of the first needed message (a robot that is up gives
+    its other topics by then; one still starting has timeout_s).
 
     env: a RobotEnv, subscribed and not yet reset. needs: obs keys such as state, rgb_front."""
     needs = list(dict.fromkeys(needs))
     subs = subscriptions_by_key(env)
     topic = {k: s.topic for k, s in subs.items()}
-    end = time.monotonic() + timeout_s
-    for key in needs:
-        sub = subs.get(key)
-        if sub is not None and sub.latest() is None:
-            sub.wait_newer(0, max(0.0, end - time.monotonic()))
+    waiting = [subs[k] for k in needs if k in subs]
+    t0 = time.monotonic()
+    end, first = t0 + timeout_s, None
+    while time.monotonic() < end and len(waiting) == len(needs):
+        have = [s.latest() is not None for s in waiting]
+        if all(have):
+            break
+        if any(have) and first is None:
+            first = time.monotonic()
+            end = min(end, first + START_TIMEOUT_S)
+        time.sleep(0.02)
     got = [k for k, s in subs.items() if s.latest() is not None]
     missing = [k for k in needs if k not in got]
     if not missing:
         return
-    why = []
+    why, waited = [], time.monotonic() - t0
     for k in missing:
         sub = subs.get(k)
         if sub is None:
@@ -101,7 +110,7 @@ def check_robot_gives(env: Any, needs: Iterable[str], timeout_s: float = 5.0, wh
         elif sub.rejected:
             why.append(f"{k} ({sub.topic}: {sub.rejected} messages unusable, the last because: {sub.last_rejection})")
         else:
-            why.append(f"{k} (nothing on {sub.topic} within {timeout_s:.0f} s)")
+            why.append(f"{k} (nothing on {sub.topic} in {waited:.0f} s)")
     gives = ", ".join(f"{k} ({topic[k]})" for k in got) or "nothing"
     graph = published_topics(getattr(env, "tr", None))
     images = sorted(t for t, types in (graph or {}).items() if types & set(IMAGE_TYPES))
