@@ -98,6 +98,17 @@ class PPOConfig:
     # old log-probs from the learner's own forward, not the rollout's; None: true exactly when
     # train.max_staleness >= 1 (a stale behaviour policy learned less: docs/distributed.md)
     recompute_log_probs: bool | None = None
+    # keep the reference (the policy the run started from) to log KL(pi || pi_ref) of every update
+    # (train/kl_ref_rollout) even without a penalty; false: no copy, no extra forward (docs/rl.md)
+    track_ref_kl: bool = True
+    # advantages normalised within each task of a multi-task batch (mean 0, std 1 per task; GRPO:
+    # the group-relative ones divided by their task's std) in place of the per-minibatch normalisation
+    per_task_advantages: bool = False
+    # demonstrations kept in the update: + bc_coef * the policy's imitation loss on a batch of
+    # bc_batch_size items of bc_dataset (an `embodied collect` dataset) in every minibatch
+    bc_coef: float = 0.0
+    bc_dataset: str | None = None
+    bc_batch_size: int = 32
 
 
 @dataclass
@@ -111,6 +122,11 @@ class GRPOConfig:
     filter_groups: bool = True  # False: keep every group (with reward=return, all-fail groups
     #                             still rank their members by how far they got)
     normalize_std: bool = True  # A = (R - mean) / (std + eps), else R - mean
+    # dynamic sampling (DAPO, SimpleVLA-RL): groups whose members all succeed or all fail are dropped
+    # and more groups are collected until the kept ones fill one batch (num_envs / group_size
+    # groups) or max_collects collections were made; implies the filter (filter_low / filter_high)
+    dynamic_sampling: bool = False
+    max_collects: int = 4
 
 
 @dataclass

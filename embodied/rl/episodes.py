@@ -88,7 +88,7 @@ class GroupCollector:
         if len(set(labels)) > 1:
             self.tally.add_tasks(labels, succ.tolist())
         mask = torch.stack([s.pop("mask") for s in steps])
-        return stack_steps(steps, zeros, group_ids=group_ids, episode_mask=mask)
+        return stack_steps(steps, zeros, group_ids=group_ids, episode_mask=mask, tasks=list(labels))
 
     def _group_seeds(self) -> tuple[torch.Tensor, list[int]]:
         """(group ids int64 [B] on the device, each env's reset seed): the seeds are drawn on the
@@ -115,3 +115,89 @@ class GroupCollector:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rng.set_state(state["rng"])
+
+
+def concat_envs(trajs: list[Trajectory]) -> Trajectory:
+    """Trajectories of grouped episodes [T_i, B_i] -> one [max T_i, sum B_i]: shorter ones padded
+    in time (episode_mask and valid False, zeros elsewhere), group ids kept apart by offsets."""
+    if len(trajs) == 1:
+        return trajs[0]
+    T = max(t.num_steps for t in trajs)
+
+    def pad(x: torch.Tensor) -> torch.Tensor:  # [T_i, B_i, ...] -> [T, B_i, ...]
+        return torch.cat([x, x.new_zeros((T - x.shape[0], *x.shape[1:]))]) if x.shape[0] < T else x
+
+    def cat(get) -> torch.Tensor:
+        return torch.cat([pad(get(t)) for t in trajs], dim=1)
+
+    offsets, gids = 0, []
+    for t in trajs:
+        gids.append(t.group_ids + offsets)
+        offsets += int(t.group_ids.max()) + 1
+    instructions = [[x for t in trajs for x in (t.instructions[s] if s < t.num_steps else [""] * t.num_envs)]
+                    for s in range(T)] if all(t.instructions and t.instructions[0] for t in trajs) else []
+    parts = None if any(t.log_prob_parts is None for t in trajs) else cat(lambda t: t.log_prob_parts)
+    return Trajectory(
+        obs={k: cat(lambda t: t.obs[k]) for k in trajs[0].obs},
+        replay={k: cat(lambda t: t.replay[k]) for k in trajs[0].replay},
+        instructions=instructions,
+        last_value=torch.cat([t.last_value for t in trajs]),
+        log_prob_parts=parts,
+        group_ids=torch.cat(gids),
+        episode_mask=cat(lambda t: t.episode_mask),
+        tasks=None if any(t.tasks is None for t in trajs) else [x for t in trajs for x in t.tasks],
+        **{k: cat(lambda t: getattr(t, k)) for k in ("actions", "log_probs", "values", "rewards", "valid",
+                                                      "terminated", "truncated", "success", "bootstrap")},
+    )
+
+
+class DynamicSampler:
+    """grpo.dynamic_sampling (DAPO; SimpleVLA-RL): collect groups until those whose success rate r
+    has low < r < high (the ones GRPOLearner keeps: their members' rewards differ) fill one batch,
+    num_groups of the inner collector, or max_collects collections were made. Every collected
+    episode stays in the trajectory (its env steps count; the learner drops the filtered groups),
+    so a batch may hold more than one batch's kept groups after the last collection.
+    pop_episode_stats adds "collects" (collections per update) and "kept_share" (of the groups)."""
+
+    def __init__(self, collector: GroupCollector, max_collects: int, low: float = 0.0, high: float = 1.0):
+        if max_collects < 1:
+            raise ValueError(f"grpo.max_collects must be >= 1, got {max_collects}")
+        self.inner, self.max_collects, self.low, self.high = collector, max_collects, low, high
+        self.collects = self.updates = self.kept = self.groups = 0
+
+    def collect(self) -> Trajectory:
+        from embodied.rl.algorithms import grpo_keep_mask
+
+        G, target = self.inner.group_size, self.inner.num_groups
+        trajs, kept = [], 0
+        while len(trajs) < self.max_collects and kept < target:
+            traj = self.inner.collect()
+            success = (traj.success & traj.episode_mask).any(0).cpu()
+            keep = grpo_keep_mask(success, traj.group_ids.cpu(), self.low, self.high)
+            kept += int(keep.sum()) // G
+            self.groups += traj.num_envs // G
+            trajs.append(traj)
+        self.collects += len(trajs)
+        self.updates += 1
+        self.kept += kept
+        return concat_envs(trajs)
+
+    def pop_episode_stats(self) -> dict[str, float]:
+        out = self.inner.pop_episode_stats()
+        if self.updates:
+            out.update(collects=self.collects / self.updates, kept_share=self.kept / max(self.groups, 1))
+        self.collects = self.updates = self.kept = self.groups = 0
+        return out
+
+    def reset(self, seed: int | None) -> None:
+        self.inner.reset(seed)
+
+    @property
+    def obs(self) -> None:
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.inner.load_state_dict(state)

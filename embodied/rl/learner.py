@@ -32,8 +32,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from embodied.rl import diagnostics as diag
 from embodied.rl.algorithms import (action_level_gae, gae, grpo_advantages, grpo_keep_mask, kl_to_reference,
-                                    ppo_policy_loss, value_loss)
+                                    ppo_policy_loss, task_normalized, value_loss)
 from embodied.rl.trajectory import Trajectory
 from embodied.run.device import autocast, module_device, uses_bf16
 
@@ -94,6 +95,22 @@ def at_level(log_prob: torch.Tensor, parts: torch.Tensor | None, valid: torch.Te
     return parts.flatten(1), mask[:, :, None].expand(parts.shape).flatten(1)
 
 
+def per_task(adv: torch.Tensor, sel: torch.Tensor, tasks: list[str] | None, centre: bool) -> torch.Tensor:
+    """ppo.per_task_advantages: advantages [B], [T, B] or [T, B, n] with sel bool of the same
+    shape (the samples that count), normalised within each task of the B envs' labels (one task
+    when the envs run one: the whole batch)."""
+    B = adv.shape[0] if adv.dim() == 1 else adv.shape[1]
+    ti = diag.task_index(tasks, B)
+    env_task = (ti[1] if ti is not None else torch.zeros(B, dtype=torch.long)).to(adv.device)
+    if adv.dim() == 1:
+        task = env_task
+    else:
+        task = env_task[None, :].expand(adv.shape[:2])
+        if adv.dim() == 3:
+            task = task[..., None].expand(adv.shape)
+    return task_normalized(adv.reshape(-1), task.reshape(-1), sel.reshape(-1), centre=centre).view_as(adv)
+
+
 class PolicyGradientLearner:
     """The optimiser and the clipped-objective epochs shared by PPO and GRPO."""
 
@@ -111,8 +128,11 @@ class PolicyGradientLearner:
         # the policy's device; bf16 autocast of its forward for VLAs on CUDA, the losses in float32
         self.device = module_device(policy)
         self.bf16 = uses_bf16(policy, self.device)
-        # ppo.kl_ref_coef: the policy as built, frozen (not saved: a resumed run builds it again)
-        self.reference = copy.deepcopy(policy).requires_grad_(False) if cfg.kl_ref_coef > 0 else None
+        # ppo.kl_ref_coef: the policy as built, frozen (not saved: a resumed run builds it again);
+        # ppo.track_ref_kl keeps it to log the KL to it (train/kl_ref_rollout) without a penalty
+        keep_ref = cfg.kl_ref_coef > 0 or cfg.track_ref_kl
+        self.reference = copy.deepcopy(policy).requires_grad_(False) if keep_ref else None
+        self.demos = None  # ppo.bc_coef > 0: a DemoSampler (embodied/rl/demos.py), set by the registry
 
     def optimize(self, traj: Trajectory, advantages: torch.Tensor, returns: torch.Tensor | None,
                  step_mask: torch.Tensor | None = None, train_actor: bool = True,
@@ -162,10 +182,26 @@ class PolicyGradientLearner:
         ref_lp = ref_parts = None
         if self.reference is not None and train_actor:  # the reference's log-probs of the sampled actions
             ref_lp, ref_parts = log_probs_of(self.reference, old_lp, old_parts)
+        # per-task diagnostics where the envs run several tasks (embodied/rl/diagnostics.py)
+        ti = diag.task_index(traj.tasks, traj.num_envs)
+        sample_task = None if ti is None else ti[1].to(keep.device)[
+            torch.arange(len(keep), device=keep.device) % traj.num_envs]  # [T * B]
+        tally = None if ti is None else diag.TaskTally(ti[0])
+        extra: dict[str, float] = {}
+        if ref_lp is not None:  # KL(behaviour || reference) before the update, per sample
+            b, m = at_level(old_lp[rows], None if old_parts is None else old_parts[rows], valid[rows], cfg.logprob_level)
+            r, _ = at_level(ref_lp[rows], None if ref_parts is None else ref_parts[rows], valid[rows], cfg.logprob_level)
+            m = m.float() if w_all is None else m * w_all[rows, None]
+            d = r - b
+            per_row, w = diag.row_means(torch.expm1(d) - d, m)
+            extra["kl_ref_rollout"] = float((per_row * w).sum() / w.sum().clamp_min(1e-12))
+            if tally is not None:
+                tally.add("kl_ref_rollout", per_row, w, sample_task[rows])
 
         n = len(rows)
         mb_size = max(1, n // cfg.minibatches)
         sums: dict[str, torch.Tensor] = {}  # on the device: one host read at the end
+        maxes: dict[str, float] = {}
         count, stop = 0, False
         for _epoch in range(cfg.epochs):
             # drawn on the CPU (the same permutations on every device), used where the rows are
@@ -190,11 +226,17 @@ class PolicyGradientLearner:
                 zero = torch.zeros((), device=pg_loss.device)
                 loss = (pg_loss - cfg.entropy_coef * ev.entropy.mean()) if train_actor else zero
                 ref_kl = zero
-                if ref_lp is not None:
+                if ref_lp is not None and cfg.kl_ref_coef > 0:
                     ref, _ = at_level(ref_lp[idx], None if ref_parts is None else ref_parts[idx], valid[idx],
                                       cfg.logprob_level)
                     ref_kl = kl_to_reference(new_lp, ref, mask)
                     loss = loss + cfg.kl_ref_coef * ref_kl
+                bc = None
+                if self.demos is not None and cfg.bc_coef > 0 and train_actor:  # demonstrations kept in the update
+                    d_obs, d_act = self.demos.sample()
+                    with autocast(self.device, self.bf16):
+                        bc = policy.sft_loss(d_obs, d_act).float()
+                    loss = loss + cfg.bc_coef * bc
                 v_loss = zero
                 if ev.value is not None and ret_all is not None:
                     v_loss = value_loss(ev.value.view_as(ret_all[idx]), old_values[idx], ret_all[idx], cfg.value_clip,
@@ -207,12 +249,29 @@ class PolicyGradientLearner:
                 self.optimizer.step()
 
                 epoch_kl.append(st.approx_kl.item())
+                maxes["ratio_max"] = max(maxes.get("ratio_max", 0.0), float(st.ratio_max))
+                replay_mb = {k: v[idx] for k, v in replay.items()}
+                noise = diag.noise_stats(ev.entropy, diag.elements_per_sample(replay_mb, ev.log_prob_parts),
+                                         flow="stochastic" in replay_mb)
                 for key, val in (("policy_loss", pg_loss), ("value_loss", v_loss),
                                  ("entropy", ev.entropy.mean()), ("approx_kl", st.approx_kl),
                                  ("clip_fraction", st.clip_fraction), ("ratio", st.ratio_mean),
-                                 ("grad_norm", grad_norm)) + ((("ref_kl", ref_kl),) if ref_lp is not None else ()):
+                                 ("ratio_abs_dev", st.ratio_abs_dev), ("grad_norm", grad_norm),
+                                 *noise.items()) + (
+                        (("ref_kl", ref_kl),) if ref_lp is not None and cfg.kl_ref_coef > 0 else ()) + (
+                        (("bc_loss", bc),) if bc is not None else ()):
                     val = val.detach().float() if torch.is_tensor(val) else torch.tensor(float(val))
                     sums[key] = sums.get(key, 0.0) + val.to(zero.device)
+                if tally is not None and train_actor:  # the ratio's statistics per task
+                    with torch.no_grad():
+                        ratio = torch.exp(new_lp.detach() - old)
+                        clipped = ((ratio < 1.0 - cfg.clip_low) | (ratio > 1.0 + cfg.clip_high)).float()
+                        m = mask.float()
+                        task = sample_task[idx]
+                        for key, x in (("clip_fraction", clipped), ("ratio_abs_dev", (ratio - 1.0).abs()),
+                                       ("approx_kl", (ratio - 1.0) - torch.log(ratio))):
+                            per_row, w = diag.row_means(x, m)
+                            tally.add(key, per_row, w, task)
                 count += 1
                 if cfg.target_kl is not None and st.approx_kl.item() > 1.5 * cfg.target_kl:
                     stop = True
@@ -222,6 +281,10 @@ class PolicyGradientLearner:
             if stop:
                 break
         stats = {k: float(v) / max(count, 1) for k, v in sums.items()}
+        stats.update(maxes)
+        stats.update(extra)
+        if tally is not None:
+            stats.update(tally.means())
         stats["lr"] = self.optimizer.param_groups[0]["lr"]
         stats["minibatch_updates"] = float(count)
         stats["samples"] = float(n)
@@ -337,7 +400,13 @@ class PPOLearner(PolicyGradientLearner):
                                       cfg.gamma, cfg.gae_lambda, traj.bootstrap)  # [T, B]
             values, sel = traj.values, torch.ones_like(traj.values, dtype=torch.bool)
         warmup = self.iteration < cfg.critic_warmup_iters
-        stats = self.optimize(traj, advantages, returns, train_actor=not warmup)
+        signal = diag.rollout_signal(traj.success, advantages, sel, traj.tasks)
+        normalize = None
+        if cfg.per_task_advantages:  # each task's advantages to mean 0, std 1 over the rollout
+            advantages = per_task(advantages, sel, traj.tasks, centre=True)
+            normalize = False
+        stats = self.optimize(traj, advantages, returns, train_actor=not warmup, normalize=normalize)
+        stats.update(signal)
         stats["explained_variance"] = explained_variance(values[sel], returns[sel])
         stats["advantage_mean"] = float(advantages.mean())
         stats["critic_warmup"] = float(warmup)
@@ -384,12 +453,15 @@ class GRPOLearner(PolicyGradientLearner):
         success = (traj.success & mask).any(0)  # [B]
         ret = success.float() if g.reward == "success" else (traj.chunk_rewards * mask).sum(0)
         adv = grpo_advantages(ret, traj.group_ids, normalize_std=g.normalize_std)  # [B]
-        keep = (grpo_keep_mask(success, traj.group_ids, g.filter_low, g.filter_high) if g.filter_groups
-                else torch.ones_like(success))  # [B]
+        keep = (grpo_keep_mask(success, traj.group_ids, g.filter_low, g.filter_high)
+                if g.filter_groups or g.dynamic_sampling else torch.ones_like(success))  # [B]
+        signal = diag.group_signal(success, adv * keep, traj.group_ids, traj.tasks)  # before per-task scaling
+        if self.cfg.per_task_advantages:  # each task's kept advantages to RMS 1 (already centred per group)
+            adv = per_task(adv, keep, traj.tasks, centre=False)
         step_mask = mask & keep[None, :]
         weights = mask.float() / mask.sum(0, keepdim=True).clamp(min=1)  # [T, B], 1 per episode
         stats = {"kept_groups": float(keep.float().sum() / traj.group_ids.bincount().max()),
-                 "group_success": float(success.float().mean()), "episode_return": float(ret.mean())}
+                 "group_success": float(success.float().mean()), "episode_return": float(ret.mean()), **signal}
         if step_mask.any():
             stats.update(self.optimize(traj, adv[None, :].expand_as(mask), None, step_mask,
                                        step_weights=weights, normalize=False))

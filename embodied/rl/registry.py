@@ -71,9 +71,12 @@ def _ppo_sharded_collector(cfg: Any, backend: Any, workers: list, sizes: list[in
 
 
 def _ppo_learner(cfg: Any, policy: Any) -> Any:
+    from embodied.rl.demos import demo_sampler
     from embodied.rl.learner import PPOLearner
 
-    return PPOLearner(policy, cfg.ppo)
+    learner = PPOLearner(policy, cfg.ppo)
+    learner.demos = demo_sampler(cfg, policy)
+    return learner
 
 
 def _env_shard(traj: Any, learner: Any, rank: int, world_size: int) -> tuple[Any, None]:
@@ -82,19 +85,27 @@ def _env_shard(traj: Any, learner: Any, rank: int, world_size: int) -> tuple[Any
     return shard_trajectory(traj, rank, world_size), None
 
 
-def _no_check(cfg: Any) -> None:
-    return None
+def _shared_check(cfg: Any) -> None:
+    """The settings every policy-gradient entry reads from the ppo section."""
+    p = cfg.ppo
+    if p.bc_coef < 0 or (p.bc_coef > 0 and not p.bc_dataset):
+        raise ConfigError(f"ppo.bc_coef: {p.bc_coef}; allowed: 0, or > 0 with ppo.bc_dataset set "
+                          "(the demonstrations kept in the update)")
+    if p.bc_batch_size < 1:
+        raise ConfigError(f"ppo.bc_batch_size: {p.bc_batch_size}; allowed: an integer >= 1")
 
 
-register(Algorithm("ppo", "ppo", _ppo_collector, _ppo_sharded_collector, _ppo_learner, _env_shard, _no_check))
+register(Algorithm("ppo", "ppo", _ppo_collector, _ppo_sharded_collector, _ppo_learner, _env_shard, _shared_check))
 
 
 # -- GRPO: one episode per env, envs in groups reset from one seed, group-relative advantages --
 
 def _grpo_collector(cfg: Any, env: Any, policy: Any) -> Any:
-    from embodied.rl.episodes import GroupCollector
+    from embodied.rl.episodes import DynamicSampler, GroupCollector
 
-    return GroupCollector(env, policy, cfg.grpo.group_size, seed=cfg.train.seed)
+    collector = GroupCollector(env, policy, cfg.grpo.group_size, seed=cfg.train.seed)
+    g = cfg.grpo
+    return DynamicSampler(collector, g.max_collects, g.filter_low, g.filter_high) if g.dynamic_sampling else collector
 
 
 def _grpo_sharded_collector(cfg: Any, backend: Any, workers: list, sizes: list[int], rollout: Any,
@@ -105,9 +116,12 @@ def _grpo_sharded_collector(cfg: Any, backend: Any, workers: list, sizes: list[i
 
 
 def _grpo_learner(cfg: Any, policy: Any) -> Any:
+    from embodied.rl.demos import demo_sampler
     from embodied.rl.learner import GRPOLearner
 
-    return GRPOLearner(policy, cfg.ppo, cfg.grpo)
+    learner = GRPOLearner(policy, cfg.ppo, cfg.grpo)
+    learner.demos = demo_sampler(cfg, policy)
+    return learner
 
 
 def _group_shard(traj: Any, learner: Any, rank: int, world_size: int) -> tuple[Any, float]:
@@ -118,6 +132,7 @@ def _group_shard(traj: Any, learner: Any, rank: int, world_size: int) -> tuple[A
 
 
 def _grpo_check(cfg: Any) -> None:
+    _shared_check(cfg)
     G = cfg.grpo.group_size
     if G < 2 or cfg.env.num_envs % G:
         raise ConfigError(f"grpo.group_size: env.num_envs={cfg.env.num_envs} must be a multiple of "
@@ -130,6 +145,11 @@ def _grpo_check(cfg: Any) -> None:
     if cfg.ppo.normalize_rewards:
         raise ConfigError("ppo.normalize_rewards: PPO only; GRPO normalises its returns within each group "
                           "(grpo.normalize_std)")
+    if cfg.grpo.max_collects < 1:
+        raise ConfigError(f"grpo.max_collects: {cfg.grpo.max_collects}; allowed: an integer >= 1")
+    if cfg.grpo.dynamic_sampling and (cfg.train.backend is not None or cfg.train.placement is not None):
+        raise ConfigError("grpo.dynamic_sampling: the single-process loop only; allowed: train.backend and "
+                          "train.placement unset, or dynamic_sampling false")
 
 
 register(Algorithm("grpo", "grpo", _grpo_collector, _grpo_sharded_collector, _grpo_learner, _group_shard,

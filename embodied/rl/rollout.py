@@ -159,7 +159,8 @@ class RolloutCollector:
             self._track(res.reward.sum(1), res.valid.sum(1), success, done)
             self.obs = res.obs
         last_value = self.value(self.obs) if self.policy.has_critic else torch.zeros(B, device=dev)
-        return stack_steps(steps, last_value)
+        rows = self.env.row_tasks  # fixed tasks per row (MT10): the per-task diagnostics' labels
+        return stack_steps(steps, last_value, tasks=None if rows is None else list(rows))
 
     def _track(self, reward: torch.Tensor, length: torch.Tensor, success: torch.Tensor, done: torch.Tensor) -> None:
         self.ep_return += reward

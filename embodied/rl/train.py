@@ -10,12 +10,13 @@ import torch
 
 from embodied.config import ExperimentConfig
 from embodied.eval.evaluate import EvalResult, evaluate
+from embodied.rl.diagnostics import per_task_line, summary_line
 from embodied.rl.loop_parts import build_env, end_iteration, eval_seeds, preflight, save_iteration
 from embodied.rl.registry import algorithm
 from embodied.run.checkpoint import load_checkpoint
 from embodied.run.logger import Logger
 from embodied.run.device import resolve_device
-from embodied.run.stop import StopFlag, stoppable
+from embodied.run.stop import StopFlag, program, stoppable
 from policies.registry import build_policy
 from sims.registry import batch_for
 from sims.vecenv import VecEnv
@@ -112,6 +113,9 @@ def _train(cfg: ExperimentConfig, resume: str | Path | None, env: VecEnv, policy
                             "update_seconds": t2 - t1, "wall_seconds": time.time() - t_start}, env_steps)
         logger.progress(new_steps, rollout_success=rollout.get("success_rate", float("nan")),
                         kl=stats.get("approx_kl", 0.0))
+        logger.print(summary_line(it, {**stats, **rollout}))  # the update's signal (embodied/rl/diagnostics.py)
+        if tc.eval_every and it % tc.eval_every == 0 and (table := per_task_line(stats)):
+            logger.print(table)
 
         result = end_iteration(cfg, it, env_steps, policy, eval_env, seeds, logger, summary, trainer_state, result,
                                videos)
@@ -121,7 +125,7 @@ def _train(cfg: ExperimentConfig, resume: str | Path | None, env: VecEnv, policy
     env.close()
     eval_env.close()
     stop.check(f"checkpoint {summary.get('checkpoint')} (iteration {it}, {env_steps} of {tc.total_steps} env steps)",
-               f"embodied train --resume {run_dir}")
+               f"{program()} train --resume {run_dir}")
     summary.update(run_dir=str(run_dir), tensorboard=str(run_dir / "tb"), wall_seconds=time.time() - t_start,
                    env_steps=env_steps, iterations=it)
     return summary

@@ -32,6 +32,8 @@ class Trajectory:
     group_ids:  int64 [B] GRPO group of each env, or None.
     episode_mask: bool [T, B] step t belongs to env b's collected episode (GRPO collects
                 one episode per env; later steps are padding), or None.
+    tasks:      B labels, the task of each env (its episode's for GRPO, its row's where rows
+                hold fixed tasks for PPO), or None: per-task diagnostics (embodied/rl/diagnostics.py).
     """
 
     obs: dict[str, torch.Tensor]
@@ -50,6 +52,7 @@ class Trajectory:
     log_prob_parts: torch.Tensor | None = None
     group_ids: torch.Tensor | None = None
     episode_mask: torch.Tensor | None = None
+    tasks: list[str] | None = None
 
     @property
     def num_steps(self) -> int:

@@ -13,6 +13,8 @@ class PolicyLossStats:
     approx_kl: torch.Tensor  # scalar, E[(r - 1) - log r], detached
     clip_fraction: torch.Tensor  # scalar, share of samples whose ratio was clipped
     ratio_mean: torch.Tensor
+    ratio_max: torch.Tensor  # scalar, the largest ratio among the masked-in entries (0 if none)
+    ratio_abs_dev: torch.Tensor  # scalar, E|r - 1|: how far the update moved the sampled actions' density
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -58,6 +60,8 @@ def ppo_policy_loss(
             approx_kl=masked_mean((ratio - 1.0) - log_ratio, mask),
             clip_fraction=masked_mean(clipped.to(ratio.dtype), mask),
             ratio_mean=masked_mean(ratio, mask),
+            ratio_max=(ratio if mask is None else ratio.masked_fill(~mask.bool(), 0.0)).max(),
+            ratio_abs_dev=masked_mean((ratio - 1.0).abs(), mask),
         )
     return loss, stats
 
