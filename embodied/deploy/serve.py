@@ -27,14 +27,9 @@ from robot_bridge.recorder import RecordingEnv
 from robot_bridge.robot_check import START_TIMEOUT_S, check_robot_gives
 from robot_bridge.robot_env import RobotEnv, RobotEnvConfig
 from robot_bridge.safety import SafetyConfig
+from robot_bridge.sim_node import camera_topic  # the twin's topic names
 from robot_bridge.transport import COMMAND_QOS
 from robot_bridge.transport_factory import make_transport
-
-
-def camera_topic(cam: str) -> str:
-    """The image topic of a camera on `embodied robot-sim`: front /camera/image_raw, another
-    /camera/<cam>/image_raw."""
-    return "/camera/image_raw" if cam == "front" else f"/camera/{cam}/image_raw"
 
 
 def policy_needs(cfg: Any, record: dict[str, Any] | None = None) -> list[str]:

@@ -123,9 +123,7 @@ class Twin:
         so that the robot side can record a failed episode; a camera policy's images serve."""
         from robot_bridge.transport import loopback_env
 
-        cams = observed_cameras(cfg)
-        if len(cams) > 1:
-            raise Sim2RealError(f"--twin: the twin publishes one camera; checkpoint {label} reads {list(cams)}")
+        cams = observed_cameras(cfg)  # the twin publishes every camera of the task (sim_node.camera_topic)
         self.tmp = tempfile.TemporaryDirectory(prefix="sim2real_dds_")
         if os.environ.get("CYCLONEDDS_URI") and os.environ.get("ROS_DOMAIN_ID"):  # a DDS set-up given
             self.env_vars = {k: os.environ[k] for k in ("CYCLONEDDS_URI", "ROS_DOMAIN_ID")}
@@ -138,8 +136,6 @@ class Twin:
         cmd = [sys.executable, "-m", "embodied.cli", "robot-sim", task, "--transport", "dds",
                "--reality", preset, "--image-size", image, "--rate", "50",
                "--domain-id", self.env_vars["ROS_DOMAIN_ID"]]
-        if cams:
-            cmd += ["--camera", cams[0]]
         self.log = log
         self._log = open(log, "w")
         env = {**os.environ, **self.env_vars, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"),
@@ -156,12 +152,12 @@ class Twin:
     def robot_config(self, cfg: Any) -> Any:
         from embodied.deploy.serve import robot_config_for
 
-        rc = robot_config_for(cfg, control_hz=TWIN_RATE_HZ, transport="dds",
+        from robot_bridge.sim_node import camera_topic
+
+        rc = robot_config_for(cfg, control_hz=TWIN_RATE_HZ, transport="dds",  # every camera the policy reads
                               domain_id=int(self.env_vars["ROS_DOMAIN_ID"]))
-        if observed_cameras(cfg):
-            rc.image_topics = {observed_cameras(cfg)[0]: "/camera/image_raw"}
-        elif self.video_only:
-            rc = dataclasses.replace(rc, image_topics={"front": "/camera/image_raw"}, image_size=(VIDEO_SIZE,) * 2)
+        if self.video_only:
+            rc = dataclasses.replace(rc, image_topics={"front": camera_topic("front")}, image_size=(VIDEO_SIZE,) * 2)
         return dataclasses.replace(rc, reset_timeout_s=120.0, obs_timeout_s=5.0)
 
     def close(self) -> None:
