@@ -72,3 +72,65 @@ def dds_env(tmp_path_factory):
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+# ---------------------------------------------------------------------- skips
+# A test may skip only for a capability this machine lacks; any other skip (a missing venv, a
+# package, a failed set-up) is reported as a failure, since `make test` builds everything else.
+CAPABILITY_SKIPS = ("needs root", "network namespaces", "needs a CUDA device", "needs /dev/net/tun",
+                    "needs iproute2")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--max-skips-from-readme", action="store_true",
+                     help="fail the session if more tests skip than README.md's 'at most N skipped' states")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "bench_cluster: the longer Ray host runs; `make bench-cluster` runs "
+                                       "them, `make test` deselects them")
+
+
+def _capability_reason(reason: str) -> bool:
+    return any(c in reason for c in CAPABILITY_SKIPS)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    rep = (yield).get_result()
+    if rep.skipped and not hasattr(rep, "wasxfail") and isinstance(rep.longrepr, tuple):
+        reason = rep.longrepr[2]
+        if not _capability_reason(reason):
+            rep.outcome = "failed"
+            rep.longrepr = f"skipped for a reason that is not a missing capability (root, namespaces, CUDA): {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    rep = (yield).get_result()
+    if rep.skipped and isinstance(rep.longrepr, tuple) and not _capability_reason(rep.longrepr[2]):
+        rep.outcome = "failed"
+        rep.longrepr = ("module skipped for a reason that is not a missing capability (root, namespaces, CUDA): "
+                        f"{rep.longrepr[2]}")
+
+
+def readme_max_skips() -> int:
+    """README.md's 'at most N skipped' (the test command's line)."""
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    m = re.search(r"at most (\d+) skipped", text)
+    assert m, "README.md states no 'at most N skipped'"
+    return int(m[1])
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if not session.config.getoption("--max-skips-from-readme") or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = len(reporter.stats.get("skipped", []))  # as pytest's summary counts them
+    allowed = readme_max_skips()
+    if skipped > allowed:
+        reporter.write_line(f"{skipped} tests skipped, more than README.md's 'at most {allowed} skipped': "
+                            "a capability went missing, or a new skip needs the README's count", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

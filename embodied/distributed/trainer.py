@@ -49,6 +49,7 @@ from embodied.distributed.roles import build_role_policy
 from embodied.distributed.sharded_rollout import ShardedCollector
 from embodied.eval.evaluate import EvalResult, evaluate
 from embodied.run.logger import Logger
+from embodied.run.stop import program
 from sims.registry import batch_for
 
 
@@ -70,7 +71,7 @@ def head_lost(address: str, ckpt: Path | None, run_dir: Path) -> str:
         return (f"the Ray head at {address} stopped answering before the run's first checkpoint; nothing to "
                 f"resume from: start a head and the run again")
     return (f"the Ray head at {address} stopped answering; the run stopped (last checkpoint {ckpt.name}): start a "
-            f"head and resume with: embodied train --resume {run_dir} train.placement.address=HEAD_IP:PORT")
+            f"head and resume with: {program()} train --resume {run_dir} train.placement.address=HEAD_IP:PORT")
 
 
 class LearnerLostError(CheckpointError):
@@ -134,7 +135,7 @@ def lost_learner(error: BaseException, restarted: int, budget: int, ckpt: Path |
         spent = ("train.learner_restarts is 0" if budget == 0
                  else f"its {budget} restart(s) (train.learner_restarts) are spent")
         raise LearnerLostError(f"{cause} and {spent}; resume from the last checkpoint ({ckpt.name}) with: "
-                               f"embodied train --resume {run_dir}") from error
+                               f"{program()} train --resume {run_dir}") from error
 
 
 def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, Any]:
@@ -284,7 +285,7 @@ def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) ->
             eval_env.close()
         backend.shutdown()
     stop.check(f"checkpoint {summary.get('checkpoint')} (iteration {it}, {env_steps} of {tc.total_steps} env steps)",
-               f"embodied train --resume {run_dir}")
+               f"{program()} train --resume {run_dir}")
     summary.update(run_dir=str(run_dir), tensorboard=str(run_dir / "tb"), wall_seconds=time.time() - t_start,
                    env_steps=env_steps, iterations=it, backend=backend_name,
                    learner_restarts=restarts_before + restarted)

@@ -82,9 +82,33 @@ def stoppable(what: str = "the current step") -> Iterator[StopFlag]:
 ARGV: list[str] | None = None  # the command's words as embodied.cli.main received them
 
 
+def _typed(path: Path) -> str:
+    """A path as a user can type it here: relative to the working directory when inside it."""
+    try:
+        rel = path.absolute().relative_to(Path.cwd())
+        return shlex.quote(str(rel) if rel.parent != Path(".") else f"./{rel}")
+    except ValueError:
+        return shlex.quote(str(path.absolute()))
+
+
+def program() -> str:
+    """The words that run `embodied` again from here, as the command was started: `embodied`
+    when that is on PATH and is the script that runs now; else that script's path (a venv's
+    `.venv/bin/embodied` not activated); for `python -m embodied` that interpreter and module."""
+    argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path()
+    on_path = shutil.which("embodied")
+    if argv0.name == "embodied":
+        same = on_path is not None and Path(on_path).resolve() == argv0.resolve()
+        return "embodied" if same else _typed(argv0)
+    if argv0.parent.name == "embodied" and argv0.name in ("cli.py", "__main__.py"):
+        module = "embodied" if (argv0.parent / "__main__.py").exists() else "embodied.cli"
+        return f"{_typed(Path(sys.executable))} -m {module}"
+    return "embodied"  # called in process (embodied.cli.main from Python)
+
+
 def command_line(drop: Sequence[str] = (), add: Sequence[str] = (), options: dict[str, str] | None = None,
                  argv: Sequence[str] | None = None) -> str:
-    """`embodied ARGS...` as typed (embodied.cli.main's words), without the words starting with
+    """`embodied ARGS...` as typed (program() and embodied.cli.main's words), without the words starting with
     one of `drop` (e.g. "steps="), with `options` ({"--episodes": "7"}) set to new values and
     `add` appended: the command that continues a run."""
     words = list(argv if argv is not None else ARGV if ARGV is not None else sys.argv[1:])
@@ -99,7 +123,7 @@ def command_line(drop: Sequence[str] = (), add: Sequence[str] = (), options: dic
                 break
         else:
             words += [opt, value]
-    return " ".join(["embodied", *(shlex.quote(w) for w in words + list(add))])
+    return " ".join([program(), *(shlex.quote(w) for w in words + list(add))])
 
 
 @contextmanager

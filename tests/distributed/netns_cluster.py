@@ -47,7 +47,7 @@ def usable() -> str | None:
     name = f"rp{secrets.token_hex(3)}"
     made = ip("netns", "add", name, check=False)
     if made.returncode:
-        return f"ip netns add failed: {made.stderr.strip()}"
+        return f"network namespaces refused here: ip netns add failed: {made.stderr.strip()}"
     ip("netns", "del", name, check=False)
     return None
 

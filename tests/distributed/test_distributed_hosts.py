@@ -6,7 +6,7 @@ run's; a worker host whose link is cut mid-run is replaced (its env worker rebui
 host, its episodes dropped and counted), and when it comes back an env worker moves back to it.
 Every namespace, veth and process is removed afterwards. Root only (skipped otherwise)."""
 
-import os
+import signal
 import subprocess
 import sys
 import threading
@@ -33,8 +33,8 @@ if why := usable():
 TINY = ["env.task=PushCube", "env.num_envs=8", "ppo.rollout_steps=8", "ppo.minibatches=2", "ppo.epochs=1",
         "policy.hidden_sizes=[32,32]", "train.torch_threads=1", "train.eval_every=0", "train.eval_episodes=4",
         "train.video_episodes=0", "train.progress=false"]
-# the longer runs: `make bench-cluster` (EMBODIED_CLUSTER_LONG=1); the suite runs the smoke test
-long_run = pytest.mark.skipif(not os.environ.get("EMBODIED_CLUSTER_LONG"), reason="make bench-cluster runs it")
+# the longer runs: `make bench-cluster` (-m bench_cluster); `make test` deselects them
+long_run = pytest.mark.bench_cluster
 ENV_ON_WORKERS = "{preset: disaggregated, env: {count: 2, num_cpus: 0.5, labels: {role: env}}%s}"
 
 
@@ -85,6 +85,45 @@ def test_env_workers_on_the_worker_hosts_and_weights_equal_local(cluster, tmp_pa
     assert a.keys() == b.keys()
     for k in a:
         assert torch.equal(a[k], b[k]), k
+
+
+def test_a_cut_host_is_rebuilt_and_sigint_then_keeps_the_run(cluster, tmp_path):
+    """The suite's host cut: env1's link cut mid-run, its env worker is rebuilt on env0 and the
+    run goes on; then Ctrl-C (SIGINT) to the driver ends it as the local trainer's does: exit
+    130, the iteration checkpointed, and a last line with the command that continues."""
+    run = tmp_path / "run"
+    proc = train_on_head(cluster, run, "train.total_steps=1000000", "train.save_every=1000")
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+
+    def wait_for(text: str, timeout: float) -> None:
+        t = time.time()
+        while not any(text in line for line in lines):
+            assert proc.poll() is None, "".join(lines)[-3000:]
+            assert time.time() - t < timeout, f"no {text!r} in {timeout}s:\n" + "".join(lines)[-3000:]
+            time.sleep(0.2)
+
+    try:
+        wait_for("roles:", 120)
+        cluster.cut("env1")
+        wait_for("lost: rebuilt", 90)
+        time.sleep(2)  # the run goes on with the rebuilt worker
+        assert proc.poll() is None, "".join(lines)[-3000:]
+        proc.send_signal(signal.SIGINT)
+        proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        cluster.restore("env1")
+        cluster.restart("env1")  # for the tests after this one
+    reader.join(5)
+    text = "".join(lines)
+    last = text.strip().splitlines()[-1]
+    assert proc.returncode == 130 and "stopped by SIGINT; kept " in last and "Traceback" not in text, text[-3000:]
+    latest = (run / "checkpoints" / "latest").read_text().strip()
+    assert f"checkpoints/{latest}" in last and last.endswith(f"train --resume {run}"), last
+    assert scalars(run, "rollout/env_worker_restarts")[-1] >= 1
 
 
 @long_run  # 70 s; out of the suite since it passed 15 minutes (docs/results/suite.md)
@@ -141,7 +180,7 @@ def test_a_lost_head_ends_the_run_with_one_line_and_resume_continues_exactly(clu
     last = out.strip().splitlines()[-1]
     assert last.startswith(f"the Ray head at {cluster.address} stopped answering; the run stopped (last "
                            "checkpoint iter_"), out[-3000:]
-    assert f"embodied train --resume {run} train.placement.address=" in last
+    assert f" train --resume {run} train.placement.address=" in last
     cluster.new_head()
     resumed = cluster.popen("head", [sys.executable, "-m", "embodied.cli", "train", "--resume", str(run),
                                      f"train.placement.address={cluster.address}"],

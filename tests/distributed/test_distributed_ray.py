@@ -215,3 +215,28 @@ def test_flow_vla_on_ray_equals_local(tmp_path):
     for k, v in local["weights"].items():
         assert torch.equal(v, remote["weights"][k]), k
     assert local["history"][0]["approx_kl"] == remote["history"][0]["approx_kl"]
+
+
+def test_sigterm_in_train_on_ray_checkpoints_and_the_line_resumes(tmp_path):
+    """`embodied train ... train.backend=ray` (a driver process attached to this machine's Ray)
+    ended by SIGTERM, as the local trainer's is in tests/run/test_lost_work.py: exit 143, the
+    iteration it was in is checkpointed, and the last line's command continues the run."""
+    import shlex
+
+    from cli_run import signal_when_ready
+
+    run = tmp_path / "run"
+    address = ray.get_runtime_context().gcs_address
+    argv = ["train", *TINY_CLI, "train.backend=ray", "train.total_steps=1000000", "train.save_every=1000",
+            f"train.placement={{preset: disaggregated, address: '{address}'}}", f"train.run_dir={run}"]
+    code, err = signal_when_ready(argv, lambda: (run / "tb").is_dir() and any((run / "tb").iterdir()),
+                                  signal.SIGTERM, tmp_path / "stderr.txt")
+    last = err.strip().splitlines()[-1]
+    assert code == 143 and "stopped by SIGTERM; kept " in last and "Traceback" not in err, err[-3000:]
+    latest = (run / "checkpoints" / "latest").read_text().strip()
+    assert f"checkpoints/{latest}" in last and int(latest.split("_")[1]) >= 1, last
+    resume = shlex.split(last.split("; continue with: ", 1)[1])
+    assert resume[1:] == ["train", "--resume", str(run)], last
+    it = int(latest.split("_")[1])
+    assert main([*resume[1:], f"train.total_steps={(it + 1) * 64}"]) == 0  # 8 envs x 8 steps an iteration
+    assert (run / "checkpoints" / "latest").read_text().strip() == f"iter_{it + 1:06d}"

@@ -10,6 +10,7 @@ import json
 import shlex
 import shutil
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from cli_run import signal_when_ready
 from embodied.cli import main
 from sims.metaworld.proc import metaworld_python
 
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ["env.num_envs=8", "ppo.rollout_steps=16", "train.eval_every=1", "train.eval_episodes=4",
         "train.save_every=2", "train.progress=false", "train.video_episodes=0"]
 
@@ -99,9 +101,10 @@ def _stopped_line(stderr: str, sig: int) -> tuple[str, list[str]]:
     assert f"stopped by {signal.Signals(sig).name}; kept " in last, stderr[-2000:]
     assert "Traceback" not in stderr
     resume = last.split("; continue with: ", 1)[1]
-    words = shlex.split(resume)
-    assert words[0] == "embodied"
-    return last, words[1:]
+    words = shlex.split(resume)  # the child ran as `python -m embodied.cli` in ROOT: so it continues
+    assert (ROOT / words[0]).absolute() == Path(sys.executable).absolute(), words
+    assert words[1:3] in (["-m", "embodied.cli"], ["-m", "embodied"]), words
+    return last, words[3:]
 
 
 def test_sigint_in_train_checkpoints_and_the_line_resumes(tmp_path):
