@@ -5,7 +5,8 @@ The robot is a real rclpy node on Fast DDS (ROS 2 Jazzy's wheels, tests/robot_br
 ros2_one_camera.py) with a front camera and no wrist camera; the policy reads both. `serve` runs
 as a user would run it on the rclpy transport: the side venv's `embodied` command, from a
 directory outside the repository. sim2real's and finetune-robot's checks run in this process on
-the DDS transport. Skipped without `make ros2`.
+the DDS transport. Skipped without `make ros2`. And the other side: the twin publishes every
+camera, so the same policy is served to `embodied robot-sim` (`make bench-scale`).
 """
 
 from __future__ import annotations
@@ -130,3 +131,26 @@ def test_sim2real_robot_and_finetune_robot_refuse(robot, two_camera_policy, tmp_
     with pytest.raises(robot_check.RobotMismatch) as e:
         Actor(cfg)
     _one_line(str(e.value))
+
+
+@pytest.mark.scale  # about 20 s of CPU (a twin rendering two cameras, one served episode): `make bench-scale`
+def test_serve_a_two_camera_policy_to_robot_sim(two_camera_policy, tmp_path, monkeypatch):
+    """What the issue's new user tried: `embodied robot-sim Reach`, then `embodied serve` of a policy
+    reading the front and the wrist camera. The twin publishes both, and an episode runs (before:
+    KeyError 'rgb_wrist')."""
+    import sys
+
+    from embodied.deploy.serve import serve
+
+    for k, v in loopback_env(directory=tmp_path).items():
+        monkeypatch.setenv(k, v)
+    twin = subprocess.Popen([sys.executable, "-m", "embodied.cli", "robot-sim", "Reach", "--transport", "dds",
+                             "--rate", "50"], env={**os.environ, "MUJOCO_GL": "egl", "PYTHONPATH": str(ROOT)},
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert twin.stdout.readline().startswith("robot-sim: Reach on domain")  # up, as a user waits for it
+        summary = serve(two_camera_policy, episodes=1, control_hz=100.0, transport="dds", device="cpu")
+    finally:
+        twin.terminate()
+        twin.wait(10)
+    assert summary["episodes"] == 1 and summary["episode_length"] >= 1
