@@ -3,7 +3,7 @@
 
   python -m robot_bridge.fake_arms [--prefix P ...] [--seconds S]   (a python where rclpy imports)
 
-Four arms, each under its namespace (after a prefix: --prefix /a --prefix /b serves two sets), each publishing at 100 Hz (stamped now) and serving a topic
+Four arms, each under its namespace (after a prefix: --prefix /a --prefix /b serves two sets), each publishing at 50 Hz (stamped now) and serving a topic
 reset (std_msgs/Int64 on <ns>/reset: back home, echoed on <ns>/reset_done):
 
   /fr3    a Cartesian impedance controller (CRISP-like): takes target_pose (PoseStamped), moves
@@ -42,7 +42,7 @@ UR_JOINTS = ["shoulder_pan_joint", "shoulder_lift_joint", "elbow_joint", "wrist_
 SO101_JOINTS = ["shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper"]
 FR3_HOME, UR_HOME = (0.45, 0.0, 0.35), (0.40, -0.10, 0.30)
 UR_JTC_HOME = [0.0, -1.57, 1.57, -1.57, -1.57, 0.0]
-DT = 0.01  # the controllers' tick (100 Hz)
+DT = 0.02  # the controllers' tick (50 Hz)
 
 
 def _dur(d) -> float:
@@ -90,7 +90,8 @@ class FakeArms:
             self.jtc = {"q": np.array(UR_JTC_HOME), "plan": None, "g": 0.0}
         else:
             self.so = {"q": np.zeros(6), "cmd": np.zeros(6)}
-        if seed is not None:
+        if seed is not None:  # the state after the reset goes out before its acknowledgement
+            self.publish(time.monotonic())
             self.pubs[arm]["done"].publish(self.msgs[2](data=seed))
 
     def on_target(self, m) -> None:
@@ -130,23 +131,25 @@ class FakeArms:
     # ------------------------------------------------------------------ the controllers
     def tick(self) -> None:
         now = time.monotonic()
+        dt = min(now - self.last_tick, 0.1) if hasattr(self, "last_tick") else DT  # the time that passed
+        self.last_tick = now
         f = self.fr3
         step = f["target"] - f["p"]
         n = np.linalg.norm(step)
-        f["p"] = f["p"] + (step if n <= 0.5 * DT else step * 0.5 * DT / n)
-        f["w"] += float(np.clip(f["gw"] - f["w"], -0.1 * DT, 0.1 * DT))
+        f["p"] = f["p"] + (step if n <= 0.5 * dt else step * 0.5 * dt / n)
+        f["w"] += float(np.clip(f["gw"] - f["w"], -0.1 * dt, 0.1 * dt))
         u = self.ur
         if now - u["t"] > 0.1:
             u["v"] = np.zeros(3)
-        u["p"] = u["p"] + u["v"] * DT
-        u["g"] += float(np.clip(u["gg"] - u["g"], -2.0 * DT, 2.0 * DT))
+        u["p"] = u["p"] + u["v"] * dt
+        u["g"] += float(np.clip(u["gg"] - u["g"], -2.0 * dt, 2.0 * dt))
         j = self.jtc
         if j["plan"] is not None:
             times, qs = j["plan"]
             j["q"] = np.array([np.interp(now, times, qs[:, i]) for i in range(qs.shape[1])])
         s = self.so
         if s["cmd"].shape == (6,):
-            s["q"] = s["q"] + np.clip(s["cmd"] - s["q"], -2.0 * DT, 2.0 * DT)
+            s["q"] = s["q"] + np.clip(s["cmd"] - s["q"], -2.0 * dt, 2.0 * dt)
         self.publish(now)
 
     def publish(self, now: float) -> None:

@@ -1,17 +1,10 @@
 """RobotEnv: one ROS 2 robot behind the VecEnv contract (B = 1), behind the safety layer.
 
 Observations (dict, B = 1):
-  "state"       float32 [1, S]      from sensor_msgs/JointState. state_layout "tabletop": the
-                                    MuJoCo suite's 9 values (TCP xyz = joints x, y, z; their
-                                    velocities; finger gap = finger_left + finger_right; gap
-                                    velocity; the last gripper command sent); "joints":
-                                    positions then velocities of `joint_names` (S = 2 J);
-                                    "ee_pose": the tabletop 9 from the PoseStamped on
-                                    ee_pose_topic (TCP = pose - ee_origin; velocity between
-                                    poses; the gap from gripper_joints, else from the last
-                                    gripper command; gap velocity 0); "arm": positions and
-                                    velocities of the J `joint_names`, the gripper's value
-                                    (gripper_joints summed), the last gripper command (S = 2 J + 2)
+  "state"       float32 [1, S]      per state_layout (robot_bridge/robot_state.py): "tabletop"
+                                    (the MuJoCo suite's 9 from JointState x, y, z, fingers),
+                                    "joints" (2 J), "ee_pose" (the same 9 from a PoseStamped),
+                                    "arm" (2 J + 2: joints and a gripper)
   "privileged"  float32 [1, P]      std_msgs/Float64MultiArray (digital twins only), optional
   "ee_pose"     float32 [1, 7]      geometry_msgs/PoseStamped (xyz, qw qx qy qz), optional
   "rgb_<cam>"   uint8 [1, H, W, 3]  sensor_msgs/Image (rgb8, bgr8, rgba8, bgra8, mono8) or
@@ -26,7 +19,8 @@ twist, a joint trajectory, forward commands; the gripper on its own topic). `chu
 a chunk [1, K, A] as one JointTrajectory of K points (interface joint_trajectory), each point
 filtered against the one before. When no command may be sent (stale state, e-stop) the arm is
 held: a zero twist; on e-stop also the pose held as target, or the joint positions. In the
-ee_pose layout the newest state is the newest PoseStamped (the "joint state" below). Pacing: one command per 1 / control_hz. With `sync`, step waits for a joint
+ee_pose layout the newest PoseStamped plays the joint state's part below.
+Pacing: one command per 1 / control_hz. With `sync`, step waits for a joint
 state newer (header stamp) than the newest one when the command was sent, so a stepped twin
 and a robot streaming states both work, and a step after a late reply is back in lock step; a
 command whose step timed out is answered (a newer state) before the next one is checked.
@@ -51,11 +45,12 @@ from robot_bridge import camera as cam_tf
 from robot_bridge import ros_types as rt
 from robot_bridge.arm_commands import ArmCommands, pose_values
 from robot_bridge.robot_env_config import RobotEnvConfig
-from robot_bridge.robot_state import FINGER_MAX, StateReader, check_pose
+from robot_bridge.robot_state import StateReader, check_pose
 from robot_bridge.safety import SafetyFilter
 from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, Received, Transport
 from robot_bridge.transport_factory import make_transport
 from sims.vecenv import ChunkStepResult, EnvError, EnvSpec, Obs, Seed, StepResult, VecEnv
+
 
 def _dropped(sub: Any) -> str:
     """The tail of a timeout error: why the subscription's last message was dropped, if any."""
@@ -105,6 +100,7 @@ class RobotEnv(VecEnv):
             self._pose.check = check_pose
         self.commands_sent = 0
         self.last_command_time = float("nan")
+        self.last_obs_time = float("nan")  # receive time of the state the last step observed
         self._stamp = -1.0  # header stamp of the joint state the current obs was built from
         self._acted_on = -1.0  # header stamp of the newest joint state when the last command was sent
         self._unanswered = False  # sync: the last command's step timed out before the robot's answer came
@@ -244,18 +240,6 @@ class RobotEnv(VecEnv):
         """float64 positions the safety filter checks against [3] (TCP) or [J], and the stamp."""
         return self.st.vector(js.msg)[:self.st.n_pos], rt.stamp_seconds(js.msg.header.stamp)
 
-    def _safety_position(self, pos: np.ndarray, action: Any) -> np.ndarray:
-        """The arm layout's filter position: the joints, then the proposed gripper command itself
-        (clipped to [-1, 1] by the joint limits; a gripper is not rate limited here)."""
-        if self.cfg.state_layout != "arm":
-            return pos
-        try:
-            g = float(np.asarray(action.detach().cpu() if isinstance(action, torch.Tensor) else action,
-                                 np.float64).reshape(-1)[-1])
-        except (TypeError, ValueError, IndexError):
-            g = self.st.grip
-        return np.append(pos, np.clip(g, -1.0, 1.0) if np.isfinite(g) else self.st.grip)
-
     def hold(self, estop: bool = False) -> bool:
         """Command the arm to stay (arm_commands.ArmCommands.hold): always for twist (a zero twist);
         on e-stop also the newest pose as target, or the newest joint positions."""
@@ -322,7 +306,7 @@ class RobotEnv(VecEnv):
         target of the one before, or None when the first is refused."""
         out, now = [], time.monotonic()
         for k, a in enumerate(actions):
-            cmd = self.safety.filter(a, self._safety_position(pos, a), obs_age=age, now=now + k / self.cfg.control_hz)
+            cmd = self.safety.filter(a, self.st.safety_position(pos, a), obs_age=age, now=now + k / self.cfg.control_hz)
             if cmd is None:
                 break
             out.append(cmd)
@@ -349,6 +333,7 @@ class RobotEnv(VecEnv):
         """The step's result after `steps` control periods, observed from js."""
         self._unanswered = False
         obs = self._observe(js)
+        self.last_obs_time = js.recv_time
         self._elapsed += steps
         success = self._success(obs)
         truncated = self._elapsed >= self.cfg.max_episode_steps and not success
@@ -388,8 +373,14 @@ class RobotEnv(VecEnv):
         sent = self._command(list(actions[0]), chunk=True)
         period = 1.0 / self.cfg.control_hz
         self._next_tick += (sent - 1) * period
-        time.sleep(max(0.0, self.last_command_time + sent * period - time.monotonic()))  # it runs
-        res = self._finish(self._fresh_state(self._acted_on) if self.cfg.sync else self._js.latest(), sent)
+        done = self.last_command_time + sent * period  # when the controller has run the last point
+        time.sleep(max(0.0, done - time.monotonic()))
+        js = self._js.wait_after(done, self.cfg.obs_timeout_s) if self.cfg.sync else self._js.latest()
+        if js is None:
+            topic = self.cfg.ee_pose_topic if self._on_pose else self.cfg.joint_states_topic
+            raise EnvError(f"robot: no new {self.cfg.topic(topic)} within {self.cfg.obs_timeout_s:.1f} s after "
+                           f"the trajectory (is the robot driver running on this domain?)" + _dropped(self._js))
+        res = self._finish(js, sent)
         k = sent - 1
         valid[:, :sent], reward[:, k], term[:, k], trunc[:, k] = True, res.reward, res.terminated, res.truncated
         success[:, k] = res.info["success"]

@@ -100,6 +100,19 @@ class StateReader:
             return np.concatenate([pos, vel, [0.0 if value is None else value, self.grip]])
         return np.array([*pos[:3], *vel[:3], pos[3] + pos[4], vel[3] + vel[4], self.grip])
 
+    def safety_position(self, pos: np.ndarray, action: Any) -> np.ndarray:
+        """The position SafetyFilter checks an action against: pos, and in the arm layout the
+        proposed gripper command itself (clipped to [-1, 1] by the joint limits; a gripper is not
+        rate limited here)."""
+        if self.cfg.state_layout != "arm":
+            return pos
+        try:
+            a = action.detach().cpu().double().numpy() if hasattr(action, "detach") else action
+            g = float(np.asarray(a, np.float64).reshape(-1)[-1])
+        except (TypeError, ValueError, IndexError):
+            g = self.grip
+        return np.append(pos, np.clip(g, -1.0, 1.0) if np.isfinite(g) else self.grip)
+
     def gripper_now(self, msg: Any) -> float:
         """The gripper command [-1, 1] the gripper is at (after a reset; measured where possible)."""
         c = self.cfg
