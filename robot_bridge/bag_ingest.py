@@ -26,6 +26,13 @@ x, y, z, qw, qx, qy, qz), "privileged" (Float64MultiArray values), "rgb_<cam>" (
 CompressedImage, through `camera`, a CameraTransform, which the dataset's meta/info.json records
 as `embodied.spec.camera_transform`, for `embodied serve` and `sim2real --robot` to apply the
 same).
+
+`BagTopics.for_robot(robot)` takes all of it from the RobotEnvConfig the arm is served with
+(configs/robots/*.yaml): its command, pose, gripper and camera topics, ee_step, control rate and
+camera transform, and "state" in its state_layout exactly as RobotEnv builds it
+(robot_bridge/robot_state.py: in the ee_pose layout the TCP from the as-of pose, its velocity from
+the pose before it, the gap from gripper_joints in the as-of joint state), so that a policy
+trained on the dataset reads on the arm what it read in the recording.
 """
 
 from __future__ import annotations
@@ -42,6 +49,8 @@ import yaml
 from robot_bridge import ros_types as rt
 from robot_bridge.camera import CameraTransform, decode
 from robot_bridge.recorder import episode_writer
+from robot_bridge.robot_state import StateReader
+from robot_bridge.transport import Received
 from sims.vecenv import EnvError
 
 STAMPS = ("header", "log")
@@ -66,6 +75,7 @@ class BagTopics:
     control_hz: float = 20.0  # the dataset's fps
     camera: CameraTransform | None = None  # frames to the policy's size; None: as recorded
     stamps: str = "header"
+    robot: Any = None  # a RobotEnvConfig: "state" in its state_layout, as RobotEnv builds it (for_robot)
 
     def __post_init__(self) -> None:
         if self.stamps not in STAMPS:
@@ -76,6 +86,25 @@ class BagTopics:
             if key not in ("state", "privileged") and not (key.startswith("rgb_") and len(key) > 4):
                 raise EnvError(f"bag obs_topics: {key!r} is not a dataset feature; allowed: state, privileged, "
                                f"rgb_<camera>")
+
+
+    @classmethod
+    def for_robot(cls, robot: Any, **overrides: Any) -> "BagTopics":
+        """The topics and scales of the RobotEnvConfig `robot` (then `overrides`, e.g. instruction)."""
+        t = robot.topic
+        state = robot.ee_pose_topic if robot.state_layout == "ee_pose" else robot.joint_states_topic
+        obs = {"state": t(state), **{f"rgb_{c}": t(top) for c, top in robot.image_topics.items()}}
+        if robot.privileged_topic:
+            obs["privileged"] = t(robot.privileged_topic)
+        kw = dict(command_topic=t(robot.command_topic), obs_topics=obs, joint_names=tuple(robot.joint_names),
+                  pose_topic=t(robot.ee_pose_topic) if robot.ee_pose_topic else None,
+                  gripper_topic=t(robot.gripper_topic) if robot.gripper_topic else None,
+                  gripper_open=robot.gripper_open, gripper_closed=robot.gripper_closed,
+                  ee_step=robot.safety.ee_step if robot.safety is not None else 0.02, control_hz=robot.control_hz,
+                  success_topic=t(robot.success_topic) if robot.success == "topic" else None,
+                  reset_topic=t(robot.reset_topic) if robot.reset == "topic" else None,
+                  camera=robot.camera_transform if robot.image_topics else None, robot=robot)
+        return cls(**{**kw, **overrides})
 
 
 def message_time(msg: Any, log_ns: int, stamps: str) -> float:
@@ -152,9 +181,43 @@ class _Series:
         order = sorted(range(len(self.times)), key=self.times.__getitem__)
         self.times, self.logs, self.msgs = ([v[i] for i in order] for v in (self.times, self.logs, self.msgs))
 
-    def asof(self, t: float, after: float) -> Any | None:
+    def index(self, t: float, after: float) -> int | None:
         i = bisect.bisect_right(self.times, t) - 1
-        return self.msgs[i] if i >= 0 and self.logs[i] >= after else None
+        return i if i >= 0 and self.logs[i] >= after else None
+
+    def asof(self, t: float, after: float) -> Any | None:
+        i = self.index(t, after)
+        return None if i is None else self.msgs[i]
+
+
+def robot_state(robot: Any, states: _Series, i: int, joints: Any | None, grip: float) -> torch.Tensor:
+    """float32 [S]: RobotEnv's state (robot.state_layout) from message i of the state topic, the
+    pose before it (the ee_pose layout's velocity), the as-of joint state (its gripper joints) and
+    the last gripper command."""
+    reader = StateReader(robot)
+    reader.grip = grip
+    if reader.on_pose:
+        for j in (i - 1, i) if i > 0 else (i,):
+            reader.track(states.msgs[j])
+        if joints is not None:
+            reader.grip_js = _Held(joints)
+    return torch.from_numpy(reader.vector(states.msgs[i]).astype(np.float32))
+
+
+class _Held:
+    """A subscription that holds one message (StateReader reads the gripper joints from one)."""
+
+    def __init__(self, msg: Any):
+        self.msg = msg
+
+    def latest(self) -> Received:
+        return Received(self.msg, 0.0, 1)
+
+
+def _joints_topic(topics: BagTopics) -> str | None:
+    """The joint states whose gripper joints give the ee_pose layout's finger gap, if any."""
+    r = topics.robot
+    return r.topic(r.joint_states_topic) if r is not None and r.state_layout == "ee_pose" and r.gripper_joints else None
 
 
 def read_bag(bag: Path, topics: BagTopics) -> tuple[dict[str, _Series], str]:
@@ -162,7 +225,7 @@ def read_bag(bag: Path, topics: BagTopics) -> tuple[dict[str, _Series], str]:
     from rosbags.rosbag2 import Reader
 
     needed = {topics.command_topic, *topics.obs_topics.values(), topics.gripper_topic, topics.pose_topic} - {None}
-    wanted = needed | ({topics.success_topic, topics.reset_topic} - {None})
+    wanted = needed | ({topics.success_topic, topics.reset_topic, _joints_topic(topics)} - {None})
     store = rt.typestore()
     series: dict[str, _Series] = {t: _Series() for t in wanted}
     try:
@@ -213,7 +276,12 @@ def ingest_rosbag(bag: str | Path, out: str | Path, task: str, topics: BagTopics
             closed, open_ = topics.gripper_closed, topics.gripper_open
             a = np.append(a, np.clip(2.0 * (_scalar(g) - open_) / (closed - open_) - 1.0, -1.0, 1.0))
         if all(m is not None for m in latest.values()):
-            step = {f"obs.{k}": decode_obs(k, m, topics.joint_names, grip, topics.camera) for k, m in latest.items()}
+            step = {f"obs.{k}": decode_obs(k, m, topics.joint_names, grip, topics.camera) for k, m in latest.items()
+                    if not (k == "state" and topics.robot is not None)}
+            if topics.robot is not None:  # the state as RobotEnv builds it in the robot's layout
+                states = series[topics.obs_topics["state"]]
+                joints = series[_joints_topic(topics)].asof(t, start) if _joints_topic(topics) else None
+                step["obs.state"] = robot_state(topics.robot, states, states.index(t, start), joints, grip)
             step.update(action=torch.from_numpy(a.astype(np.float32)), reward=torch.tensor(0.0),
                         success=torch.tensor(False))
             episodes[ep].append(step)

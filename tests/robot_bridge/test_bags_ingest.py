@@ -15,7 +15,7 @@ from robot_bridge.bag_ingest import BagTopics, ingest_rosbag
 from robot_bridge.camera import CameraTransform, compressed
 from sims.vecenv import EnvError
 
-JOINTS = ["fr3_joint1", "fr3_joint2", "fr3_finger_joint1"]
+JOINTS = ["fr3_joint1", "fr3_joint2", "fr3_finger_joint1", "fr3_finger_joint2"]
 T0 = 1_764_000_000.0  # header stamps: wall-clock seconds, as a robot's driver stamps them
 CMD_HZ, SENSOR_HZ, CAM_HZ = 10, 100, 15
 CMD_LATE = 0.050  # a command is logged 50 ms after its stamp (recorded on another host)
@@ -49,7 +49,7 @@ def write_recording(path, storage: str, episodes: int = 2, seconds: float = 1.0)
         msgs.append((start - 0.5, "/reset", "std_msgs/msg/Int64", rt.scalar("std_msgs/msg/Int64", e)))
         for k in range(int((seconds + 0.1) * SENSOR_HZ)):  # sensors run on past the last command
             t = start + k / SENSOR_HZ
-            js = rt.joint_state(JOINTS, [t - T0, 0.0, 0.04], np.zeros(3), t=t)
+            js = rt.joint_state(JOINTS, [t - T0, 0.0, 0.04, 0.04], np.zeros(4), t=t)  # fingers open: 8 cm
             msgs += [(t + 0.002, "/joint_states", "sensor_msgs/msg/JointState", js),
                      (t + 0.002, "/current_pose", "geometry_msgs/msg/PoseStamped", _pose(_pose_x(t), t))]
         for k in range(int((seconds + 0.1) * CAM_HZ)):
@@ -155,3 +155,31 @@ def test_serve_and_sim2real_apply_the_recorded_camera_transform(tmp_path):
     (tmp_path / "robot.yaml").write_text(yaml.safe_dump({**robot, "camera": {"crop": "center"}}))
     with pytest.raises(Sim2RealError, match=r"robot.camera: .* differs from the transform checkpoint vla's"):
         robot_config_from_file(tmp_path / "robot.yaml", cfg, "vla", record)
+
+
+def test_for_robot_gives_the_state_robot_env_builds(tmp_path):
+    """BagTopics.for_robot(the arm's RobotEnvConfig): the CRISP-style FR3 of configs/robots/ in its
+    ee_pose layout, the state RobotEnv builds from the as-of pose (TCP, velocity, finger gap)."""
+    from pathlib import Path
+
+    import yaml
+
+    from robot_bridge.robot_env_config import robot_config_from_mapping
+
+    write_recording(tmp_path / "bag", "mcap", episodes=1, seconds=0.5)
+    data = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / "robots" / "fr3_crisp.yaml").read_text())
+    robot = robot_config_from_mapping(data, ee_origin=[0.3, 0.1, 0.3], gripper_topic="/gripper/width",
+                                      gripper_type="std_msgs/msg/Float64", control_hz=CMD_HZ, reset="topic",
+                                      image_topics={"front": "/camera/camera/color/image_raw"}, image_size=[32, 32])
+    topics = BagTopics.for_robot(robot, instruction="reach the cube")
+    assert topics.command_topic == "/target_pose" and topics.pose_topic == "/current_pose"
+    assert ingest_rosbag(tmp_path / "bag", tmp_path / "ds", "Reach", topics)["steps"] == 5
+    ep = next(read_episodes(tmp_path / "ds"))
+    cmd_t = np.array([0.107 + k / CMD_HZ for k in range(5)])
+    state = ep["obs.state"].double().numpy()
+    assert state.shape == (5, 9) and ep["obs.rgb_front"].shape == (5, 32, 32, 3)
+    assert np.allclose(state[:, 0], 0.1 * (cmd_t - 0.007), atol=1e-5)  # TCP x of the as-of pose, minus ee_origin
+    assert np.allclose(state[:, 1:3], 0.0, atol=1e-5) and np.allclose(state[:, 3], 0.1, atol=1e-3)  # 0.1 m/s
+    assert np.allclose(state[:, 6], 2 * 0.045) and np.allclose(state[:, 7], 0.0)  # fingers open: the MuJoCo gap
+    assert state[:, 8].tolist() == [0.0, -1.0, -1.0, -1.0, -1.0]  # the last gripper command sent
+    assert np.allclose(ep["action"][:, 0].numpy(), 0.5, atol=1e-3)
