@@ -174,18 +174,14 @@ def cmd_robot_operator(args: argparse.Namespace) -> int:
 
 def cmd_list(args: argparse.Namespace) -> int:
     """Every family's task names and the configs by folder, a short line each."""
-    from sims.libero.tasks import suite_names as libero_suites  # names only: no simulator, no torch
-    from sims.metaworld.tasks import suite_names as metaworld_suites
-    from sims.registry import MANISKILL_TASK_NAMES, list_tasks
+    from sims.registry import families, list_tasks  # the family table: names only, no simulator, no torch
 
     print("tasks:   " + ", ".join(list_tasks()))
     print("  MuJoCo (docs/tasks.md); env.backend cpu (C MuJoCo) or warp (MuJoCo Warp, a GPU or warp's CPU device)")
-    print("maniskill tasks (the maniskill extra, docs/maniskill.md): " + ", ".join(MANISKILL_TASK_NAMES))
-    print("libero suites (make libero, docs/libero.md): " + ", ".join(libero_suites())
-          + "; one task: libero:<suite>/<index or name>")
-    print("metaworld tasks (make metaworld, docs/metaworld.md): " + ", ".join(metaworld_suites())
-          + ", metaworld:MT10/<task>, metaworld:<task> (50 v3 tasks); each with @goal for the goal in the state")
-    print("several tasks in one batch: multi:<A>+<B>[+...]; a learned world model: wm:<dir> (docs/world_model.md)")
+    for fam in families():
+        if fam.prefix:  # every other family (sims/<package>/family.py)
+            where = ", ".join(w for w in (fam.setup, fam.doc) if w)
+            print(f"{fam.name} ({where}): " + ", ".join(fam.names() or [fam.pattern]))
     print("configs:")
     by_folder: dict[str, list[str]] = {}
     for name in config_names():

@@ -1,7 +1,13 @@
-"""Length-prefixed JSON frames between a parent and a simulator worker in a side venv.
+"""Length-prefixed frames between a parent and a simulator worker in a side venv.
 
-Standard library only: a worker run by another interpreter (sims/metaworld/worker.py) imports it
-too. A frame is a 4-byte big-endian length, then that many bytes of UTF-8 JSON.
+Standard library only (numpy when a frame carries arrays): a worker run by another interpreter
+(sims/sidevenv/worker.py, sims/maniskill/mplib_worker.py) imports it too.
+
+A frame is a 4-byte big-endian length, then that many bytes of UTF-8 JSON (the header). numpy
+arrays anywhere in the object (dict values and list items, nested) do not go through JSON: the
+header holds {"__nd__": i, "dtype": ..., "shape": [...]} in their place and "__bufs__": the byte
+length of each, and their raw bytes follow the header, in order. A frame without arrays is plain
+JSON, as before.
 """
 
 from __future__ import annotations
@@ -12,18 +18,55 @@ import struct
 from typing import Any, BinaryIO
 
 
+def _pull(obj: Any, bufs: list) -> Any:
+    """obj with every numpy array replaced by its placeholder; the arrays appended to bufs."""
+    if isinstance(obj, dict):
+        return {k: _pull(v, bufs) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_pull(v, bufs) for v in obj]
+    if type(obj).__module__ == "numpy" and hasattr(obj, "tobytes") and hasattr(obj, "shape"):
+        if obj.shape == ():  # a numpy scalar: a number
+            return obj.item()
+        bufs.append(obj)
+        return {"__nd__": len(bufs) - 1, "dtype": obj.dtype.str, "shape": list(obj.shape)}
+    return obj
+
+
+def _push(obj: Any, arrays: list) -> Any:
+    if isinstance(obj, dict):
+        if "__nd__" in obj:
+            return arrays[obj["__nd__"]]
+        return {k: _push(v, arrays) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_push(v, arrays) for v in obj]
+    return obj
+
+
 def read_frame(stream: BinaryIO) -> Any | None:
-    """The next frame's object, or None at the end of the stream."""
+    """The next frame's object (its arrays as numpy arrays), or None at the end of the stream."""
     head = stream.read(4)
     if len(head) < 4:
         return None
     (n,) = struct.unpack(">I", head)
-    return json.loads(stream.read(n).decode())
+    obj = json.loads(stream.read(n).decode())
+    if isinstance(obj, dict) and "__bufs__" in obj:
+        import numpy as np
+
+        sizes, specs = obj.pop("__bufs__"), obj.pop("__specs__")
+        arrays = [np.frombuffer(bytearray(stream.read(size)), dtype=np.dtype(dt)).reshape(shape)
+                  for size, (dt, shape) in zip(sizes, specs)]
+        obj = _push(obj, arrays)
+    return obj
 
 
 def write_frame(stream: BinaryIO, obj: Any) -> None:
-    data = json.dumps(obj).encode()
-    stream.write(struct.pack(">I", len(data)) + data)
+    bufs: list = []
+    header = _pull(obj, bufs)
+    if bufs:
+        header["__bufs__"] = [b.nbytes for b in bufs]
+        header["__specs__"] = [[b.dtype.str, list(b.shape)] for b in bufs]
+    data = json.dumps(header).encode()
+    stream.write(b"".join([struct.pack(">I", len(data)), data, *(b.tobytes() for b in bufs)]))
     stream.flush()
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from sims.mujoco.seeding import parse_env_ids, parse_seeds
-from sims.vecenv import ChunkStepResult, EnvError, EnvSpec, Obs, Seed, StepResult, VecEnv, check_action
+from sims.vecenv import ChunkStepResult, EnvError, EnvSpec, Obs, Seed, StepResult, VecEnv, check_action, step_as_chunk
 
 
 def parse_multi(task: str) -> list[str]:
@@ -93,11 +93,7 @@ class MultiTaskVecEnv(VecEnv):
                                valid=torch.cat([r.valid for r in res]), final_obs=final)
 
     def step(self, action: torch.Tensor) -> StepResult:
-        check_action(action, self.spec)
-        r = self.chunk_step(action[:, None])
-        return StepResult(obs=r.obs, reward=r.reward[:, 0], terminated=r.terminated[:, 0],
-                          truncated=r.truncated[:, 0], info={k: v[:, 0] for k, v in r.info.items()},
-                          final_obs=r.final_obs)
+        return step_as_chunk(self, action)
 
     def task_labels(self) -> list[str]:
         return [s for e in self.envs for s in e.task_labels()]

@@ -1,43 +1,42 @@
 """Env registry: make_env(task, num_envs, **kwargs), list_tasks(), expert_for(task) over every
-simulator (MuJoCo tasks by name, "ms:" ManiSkill3, "libero:" LIBERO, "wm:" world models).
-The MuJoCo tasks register themselves: sims/mujoco/tasks/registry.py."""
+simulator family. A family (a prefix: "ms:", "libero:", "metaworld:", "gym:", "multi:", "wm:";
+the MuJoCo tasks have none) declares itself in its own package, sims/<package>/family.py
+(sims/family.py); this module reads that table. The MuJoCo tasks register themselves:
+sims/mujoco/tasks/registry.py."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
+
+from sims.family import Family, families, family_of
 
 if TYPE_CHECKING:
     import numpy as np
 
     from sims.vecenv import VecEnv
 
-# sims.maniskill.tasks.names() without importing it (it imports torch); checked the same way.
-MANISKILL_TASK_NAMES = ("ms:PickCube-v1", "ms:PushCube-v1", "ms:StackCube-v1", "ms:PullCube-v1",
-                        "ms:PegInsertionSide-v1")
+__all__ = ["Family", "batch_for", "expert_for", "families", "family_of", "list_tasks", "make_env", "task_cycle",
+           "MANISKILL_TASK_NAMES"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "MANISKILL_TASK_NAMES":  # the ManiSkill family's names (sims/maniskill/family.py)
+        return tuple(family_of("ms:").names())
+    raise AttributeError(name)
 
 
 def list_tasks() -> list[str]:
     """Names of the MuJoCo tasks (registered in their own files: sims/mujoco/tasks/registry.py),
     read without importing MuJoCo."""
-    from sims.mujoco.tasks.registry import task_names
-
-    return task_names()
+    return family_of("").names()
 
 
 def task_cycle(task: str) -> int:
     """How many tasks hold fixed rows of a batch of `task`: env i of a MetaWorld benchmark runs
     task i mod n (metaworld:MT10 10, metaworld:MT50 50), so a batch of fewer envs leaves tasks
     out; "multi:A+B+C" splits its rows into n = 3 equal blocks (a batch is a multiple of n); 1
-    for every other name. Reads the name only; one-line EnvError for a bad one."""
-    if task.startswith("metaworld:"):
-        from sims.metaworld.tasks import parse_name
-
-        return len(parse_name(task)[1])
-    if task.startswith("multi:"):
-        from sims.multitask import parse_multi
-
-        return len(parse_multi(task))
-    return 1
+    for every other name (the family's task_cycle). Reads the name only; one-line EnvError for a bad one."""
+    return family_of(task).task_cycle(task)
 
 
 def batch_for(task: str, episodes: int, cap: int) -> int:
@@ -48,103 +47,52 @@ def batch_for(task: str, episodes: int, cap: int) -> int:
     return b if n == 1 else max(n, b - b % n)
 
 
-def make_env(task: str, num_envs: int, **kwargs: Any) -> VecEnv:
-    """A MujocoVecEnv of `task` with num_envs envs; kwargs go to MujocoVecEnv (obs_mode,
-    reward_mode, image_size, cameras, render_size, control_hz, timestep, num_threads, seed,
-    max_episode_steps, device, randomization, reality). Names starting with "ms:"
-    ("ms:PickCube-v1") are ManiSkill3 tasks (sims/maniskill, the `maniskill` extra); kwargs go to ManiSkillVecEnv
-    (randomization and reality: the knobs of sims/maniskill/randomization.py).
-    Names starting with "libero:" ("libero:libero_spatial/0", "libero:libero_spatial") are LIBERO
-    tasks (sims/libero, `make libero`); kwargs go to LiberoVecEnv. "metaworld:MT10",
-    "metaworld:MT50" and "metaworld:<task>" ("metaworld:pick-place-v3") are MetaWorld tasks
-    (sims/metaworld, `make metaworld`); kwargs go to MetaWorldVecEnv. "multi:A+B+..." puts
-    several tasks in one batch (sims/multitask.py; num_envs split evenly, kwargs to each). "wm:PATH" is a world model
-    trained by `embodied world-model train` (sims/world_model); of the kwargs it takes obs_mode
-    ("rgb" for a model trained with cameras), cameras, image_size, reward_mode (dense, sparse or
-    task), max_episode_steps, seed, keyframes, rollout (mean or members), model_noise,
-    allow_failed_model and expected_task (the task it must model). backend: "cpu" (C MuJoCo,
-    `mujoco.batch`) or "warp" (MuJoCo Warp on `device`, sims/mujoco/warp_env.py), for the MuJoCo
-    tasks; other families take "cpu" only."""
+def _check_generic(fam: Family, task: str, kwargs: dict) -> None:
+    """The checks every family shares, on make_env's kwargs (in place): the backend, the
+    randomisation knobs, and the keywords only another family reads (at their defaults they go)."""
+    from sims.vecenv import EnvError
+
     backend = kwargs.pop("backend", "cpu") or "cpu"
     if backend not in ("cpu", "warp"):
-        from sims.vecenv import EnvError
-
         raise EnvError(f"env.backend: unknown backend {backend!r}; allowed: cpu, warp")
-    if backend == "warp" and ":" in task and not task.startswith("multi:"):
-        from sims.vecenv import EnvError
-
-        raise EnvError(f"env.backend: warp runs the MuJoCo tasks (sims/mujoco/tasks); allowed for {task}: cpu")
-    if task.startswith("multi:"):
+    if backend not in fam.backends:
+        raise EnvError(f"env.backend: {backend} runs the MuJoCo tasks (sims/mujoco/tasks); allowed for {task}: "
+                       f"{', '.join(fam.backends)}")
+    if len(fam.backends) > 1:
         kwargs["backend"] = backend
-    if not task.startswith("wm:"):  # the world model's own knobs, at their defaults
-        from sims.vecenv import EnvError
-
-        for key, what, default, shown in (("rollout", "steps a world model's ensemble", "mean", "mean"),
-                                          ("model_noise", "perturbs a world model's steps", 0.0, "0"),
-                                          ("allow_failed_model", "uses a world model that failed its quality gate",
-                                           False, "false")):
-            if kwargs.pop(key, default) != default:
-                raise EnvError(f"env.{key}: {what} (env.task=wm:PATH); allowed for {task}: {shown}")
-    if task.startswith("libero:"):  # LIBERO in its own venv (sims/libero, `make libero`)
-        from sims.libero.env import LiberoVecEnv
-        from sims.vecenv import EnvError
-
+    for other in families():
+        if other is fam:
+            continue
+        for own in other.own_kwargs:
+            if kwargs.pop(own.key, own.default) != own.default:
+                raise EnvError(f"env.{own.key}: {own.what} (env.task={other.pattern}); allowed for {task}: {own.shown}")
+    if not fam.knobs(task):
         for key in ("randomization", "reality"):
             if kwargs.pop(key, None) is not None:
-                raise EnvError(f"env.{key}: domain randomisation is implemented for the MuJoCo tasks "
-                               f"only; allowed for LIBERO tasks: null (docs/sim2real.md)")
-        return LiberoVecEnv(task, num_envs, **{k: v for k, v in kwargs.items() if v is not None})
-    if task.startswith("multi:"):  # several tasks in one batch (sims/multitask.py)
-        from sims.multitask import MultiTaskVecEnv, parse_multi
-        from sims.vecenv import EnvError
+                raise EnvError(f"env.{key}: domain randomisation is implemented for the MuJoCo tasks and "
+                               f"ManiSkill only; allowed for {fam.title}: null (docs/sim2real.md)")
 
-        names = parse_multi(task)
-        if num_envs % len(names):
-            raise EnvError(f"num_envs: {num_envs} envs cannot be split evenly over the {len(names)} tasks of "
-                           f"{task}; allowed: a multiple of {len(names)}")
-        envs = []
-        try:
-            for name in names:
-                envs.append(make_env(name, num_envs // len(names), **kwargs))
-            return MultiTaskVecEnv(task, envs)
-        except BaseException:
-            for e in envs:
-                e.close()
-            raise
-    if task.startswith("metaworld:"):  # MetaWorld in its own venv (sims/metaworld, `make metaworld`)
-        from sims.metaworld.env import MetaWorldVecEnv
-        from sims.vecenv import EnvError
 
-        for key in ("randomization", "reality"):
-            if kwargs.pop(key, None) is not None:
-                raise EnvError(f"env.{key}: domain randomisation is implemented for the MuJoCo tasks "
-                               f"only; allowed for MetaWorld tasks: null (docs/sim2real.md)")
-        return MetaWorldVecEnv(task, num_envs, **{k: v for k, v in kwargs.items() if v is not None})
-    if task.startswith("wm:"):  # a learned world model (sims/world_model, docs/world_model.md)
-        from sims.world_model.env import WorldModelVecEnv
-        from sims.vecenv import EnvError
+def make_env(task: str, num_envs: int, **kwargs: Any) -> VecEnv:
+    """The VecEnv of `task` with num_envs envs, made by its family (sims/<package>/family.py).
 
-        for key in ("randomization", "reality"):
-            if kwargs.pop(key, None) is not None:
-                raise EnvError(f"env.{key}: domain randomisation is implemented for the MuJoCo tasks "
-                               f"only; allowed for world models: null")
-        allowed = ("obs_mode", "expected_task", "max_episode_steps", "seed", "keyframes", "reward_mode", "cameras",
-                   "image_size", "rollout", "model_noise", "allow_failed_model")
-        kwargs = {k: v for k, v in kwargs.items() if k in allowed and v is not None}
-        return WorldModelVecEnv(task[3:], num_envs, **kwargs)
-    if task.startswith("ms:"):
-        from sims.maniskill.env import ManiSkillVecEnv
-
-        return ManiSkillVecEnv(task, num_envs, **{k: v for k, v in kwargs.items() if v is not None})
-    from sims.mujoco.tasks.registry import task_class
-
-    if backend == "warp":
-        from sims.mujoco.warp_env import WarpVecEnv
-
-        return WarpVecEnv(task_class(task)(), num_envs, **kwargs)
-    from sims.mujoco.env import MujocoVecEnv
-
-    return MujocoVecEnv(task_class(task)(), num_envs, **kwargs)
+    MuJoCo tasks by name ("PushCube"): kwargs go to MujocoVecEnv (obs_mode, reward_mode,
+    image_size, cameras, render_size, control_hz, timestep, num_threads, seed, max_episode_steps,
+    device, randomization, reality); backend "cpu" (C MuJoCo, `mujoco.batch`) or "warp" (MuJoCo
+    Warp on `device`, sims/mujoco/warp_env.py); other families take "cpu" only.
+    "ms:PickCube-v1": ManiSkill3 (sims/maniskill, the `maniskill` extra; randomization and
+    reality: the knobs of sims/maniskill/randomization.py). "libero:libero_spatial[/0]": LIBERO
+    (sims/libero, `make libero`). "metaworld:MT10", "metaworld:MT50", "metaworld:<task>":
+    MetaWorld (sims/metaworld, `make metaworld`). "gym:<env id>": a gymnasium env behind the
+    contract (sims/gym, docs/gym.md). "multi:A+B+...": several tasks in one batch
+    (sims/multitask.py; num_envs split evenly, kwargs to each). "wm:PATH": a world model trained by
+    `embodied world-model train` (sims/world_model); of the kwargs it takes obs_mode, cameras,
+    image_size, reward_mode (dense, sparse or task), max_episode_steps, seed, keyframes, rollout
+    (mean or members), model_noise, allow_failed_model and expected_task."""
+    fam = family_of(task)
+    kwargs = dict(kwargs)
+    _check_generic(fam, task, kwargs)
+    return fam.make(task, num_envs, **kwargs)
 
 
 def expert_for(task: str) -> Callable[[np.ndarray], np.ndarray]:
@@ -154,27 +102,11 @@ def expert_for(task: str) -> Callable[[np.ndarray], np.ndarray]:
     has reset(env_ids, privileged) for new episodes and close(). "libero:libero_spatial[/TASK]"
     gives the scripted pick-and-place expert of sims/libero/expert.py (A = 7). "metaworld:..."
     gives MetaWorld's scripted policies, run in the side venv (sims/metaworld/expert.py, A = 4;
-    it has close())."""
-    if task.startswith("multi:"):
-        from sims.multitask import MultiExpert, parse_multi
+    it has close()). A family without an expert: one-line EnvError."""
+    fam = family_of(task)
+    if fam.expert is None:
+        from sims.vecenv import EnvError
 
-        return MultiExpert([expert_for(t) for t in parse_multi(task)])
-    if task.startswith("metaworld:"):
-        from sims.metaworld.expert import expert_for as mw_expert_for
-
-        return mw_expert_for(task)
-    if task.startswith("libero:"):
-        from sims.libero.expert import expert_for as libero_expert_for
-
-        return libero_expert_for(task)
-    if task.startswith("ms:"):
-        if task.partition("@")[2] == "pd_joint_delta_pos":
-            from sims.maniskill.mplib_expert import expert_for as mplib_expert_for
-
-            return mplib_expert_for(task)
-        from sims.maniskill.expert import expert_for as ms_expert_for
-
-        return ms_expert_for(task)
-    from sims.mujoco.tasks.registry import task_class
-
-    return task_class(task).expert
+        with_expert = [f.pattern for f in families() if f.expert is not None]
+        raise EnvError(f"expert: {fam.title} have no scripted expert ({task}); allowed: {', '.join(with_expert)}")
+    return fam.expert(task)

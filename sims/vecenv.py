@@ -170,3 +170,19 @@ def check_action(action: torch.Tensor, spec: EnvSpec, chunk: bool = False) -> No
     if not torch.isfinite(action).all():
         bad = (~torch.isfinite(action)).reshape(spec.num_envs, -1).any(dim=1).nonzero().flatten().tolist()
         raise EnvError(f"action: NaN or inf in envs {bad[:8]}; actions must be finite")
+
+
+def step_as_chunk(env: VecEnv, action: torch.Tensor) -> StepResult:
+    """env.step(action) of an env that runs every step through chunk_step: a chunk of K = 1."""
+    check_action(action, env.spec)
+    r = env.chunk_step(action[:, None])
+    return StepResult(obs=r.obs, reward=r.reward[:, 0], terminated=r.terminated[:, 0],
+                      truncated=r.truncated[:, 0], info={k: v[:, 0] for k, v in r.info.items()},
+                      final_obs=r.final_obs)
+
+
+def check_saved_for(state: dict[str, Any], spec: EnvSpec) -> None:
+    """One-line EnvError when a state_dict was saved for another task or batch size."""
+    if state.get("task") != spec.task or int(state.get("num_envs", -1)) != spec.num_envs:
+        raise EnvError(f"state_dict: saved for {state.get('task')} x {state.get('num_envs')}, "
+                       f"this env is {spec.task} x {spec.num_envs}")

@@ -81,7 +81,7 @@ def test_list_imports_nothing_heavy():
     assert lines[0] == "tasks:   Compose, ComposeHeldOut, PickCube, PlaceCube, PushCube, Reach, ReachColor, ReachPoint"
     families = {line.split(" ")[0]: line for line in lines}
     assert "ms:PickCube-v1" in families["maniskill"] and "libero:libero_spatial" in families["libero"]
-    assert "metaworld:MT10" in families["metaworld"] and "multi:" in families["several"]
+    assert "metaworld:MT10" in families["metaworld"] and "multi:" in families["multi"]
     configs = lines[lines.index("configs:") + 1:]
     assert any(line.startswith("  ppo/: ") and "quickstart" in line for line in configs)
     assert max(map(len, lines)) < 400  # one short line per family and config folder, not one line of all

@@ -30,27 +30,24 @@ from tqdm import tqdm
 from embodied.data.dataset import EpisodeWriter
 from embodied.data.layout import DatasetError, read_episode_rows, read_info
 from embodied.run.stop import stoppable
-from sims.registry import expert_for, make_env, task_cycle
+from sims.registry import expert_for, family_of, make_env, task_cycle
 from sims.vecenv import EnvError
 
-CAMERAS = ("front", "wrist")
-LIBERO_CAMERAS = ("agentview", "wrist")  # LIBERO's (sims/libero): obs["rgb_agentview"], obs["rgb_wrist"]
 
 
 def _check(episodes: int, obs_mode: str, cameras: Sequence[str] | None, noise: float,
            task: str = "") -> tuple[str, ...]:
-    """Validated camera tuple; EnvError (one line, naming the option) on bad input. LIBERO tasks
-    have their own camera names (default: both, as LIBERO checkpoints read them)."""
+    """Validated camera tuple; EnvError (one line, naming the option) on bad input. A family has
+    its own camera names and default (LIBERO: both of agentview, wrist, as LIBERO checkpoints
+    read them; MetaWorld: corner2; the MuJoCo tasks: front)."""
     if not isinstance(episodes, int) or episodes <= 0:
         raise EnvError(f"--episodes must be a positive integer, got {episodes}")
     if not isinstance(noise, (int, float)) or not math.isfinite(noise) or noise < 0:
         raise EnvError(f"--noise must be a finite standard deviation >= 0, got {noise}")
-    if task.startswith("metaworld:"):  # MetaWorld's own cameras (sims/metaworld)
-        from sims.metaworld.tasks import CAMERAS as allowed
-    else:
-        allowed = LIBERO_CAMERAS if task.startswith("libero:") else CAMERAS
+    family = family_of(task)  # each family's own camera names (sims/<family>/family.py)
+    allowed = family.cameras
     if cameras is None:
-        return allowed if task.startswith("libero:") else (("corner2",) if task.startswith("metaworld:") else ("front",))
+        return family.default_cameras
     cams = tuple(cameras)
     bad = [c for c in cams if c not in allowed]
     if not cams or bad or len(set(cams)) != len(cams):

@@ -51,6 +51,8 @@ def versions(task: str = "") -> tuple[str, dict[str, str]]:
     except metadata.PackageNotFoundError:
         toolkit = "unknown"
     sims = {"mujoco": mujoco.__version__, "torch": torch.__version__}
-    if task.startswith("ms:"):
-        sims.update({name: metadata.version(name) for name in ("mani_skill", "sapien")})
+    if task:
+        from sims.family import family_of
+
+        sims.update(family_of(task).versions())
     return toolkit, sims

@@ -28,6 +28,7 @@ from embodied.eval.candidates import Checkpoint, load_checkpoints, versions
 from embodied.run.stop import command_line
 from embodied.eval.sim2real_robot import Sim2RealError, Twin, observed_cameras, robot_config_from_file, run_robot
 from embodied.run.device import policy_act, resolve_device
+from sims.family import family_of
 
 SUCCESS = ("the task's success predicate (sims/mujoco/tasks/; ManiSkill's `success`) holds at some control step; "
            "the episode ends there (terminated) or after the task's max_episode_steps (a failure)")
@@ -41,14 +42,8 @@ def _view(ck: Checkpoint) -> tuple:
 
 
 def sweep_knobs(task: str) -> tuple[str, ...]:
-    """The knobs a sweep of `task` may name: all of them for MuJoCo, ManiSkill's subset."""
-    if task.startswith("ms:"):
-        from sims.maniskill.randomization import SUPPORTED
-
-        return SUPPORTED
-    from sims.mujoco.randomization import KNOBS
-
-    return tuple(KNOBS)
+    """The knobs a sweep of `task` may name (its family's: all of them for MuJoCo, ManiSkill's subset)."""
+    return family_of(task).knobs(task)
 
 
 def load_sweep(path: str | Path | None, task: str = "") -> dict[str, list[float]]:
@@ -180,23 +175,18 @@ def sim2real(checkpoints: list[str], task: str, out: str | Path, trials: int = 1
         raise Sim2RealError(f"--trials, --num-envs: expected >= 1, got {trials}, {num_envs}")
     if twin and robot_file:
         raise Sim2RealError("--twin, --robot: give one robot, the twin or a real robot's config")
-    if task.startswith("libero:"):  # LIBERO's published protocol: every task, its official init states
+    family = family_of(task)
+    if family.protocol is not None:  # a benchmark's published protocol: every task, fixed seeds, mean over tasks
+        from embodied.eval.suite_protocol import run_checkpoints
+
         if sweep_file or twin or robot_file:
             raise Sim2RealError(f"--sweep, --twin, --robot: {task} has no randomisation knobs and no twin; "
-                                f"allowed: none of them (docs/libero.md)")
-        if trials > 50:
-            raise Sim2RealError(f"--trials: {trials}; LIBERO has 50 official init states per task, allowed: 1..50")
-        from embodied.eval.libero_protocol import run_checkpoints
-
-        return run_checkpoints(checkpoints, task, out, inits=trials, num_envs=num_envs, log=log)
-    if task.startswith("metaworld:"):  # the VLA papers' protocol: every task, fixed seeds, mean over tasks
-        if sweep_file or twin or robot_file:
-            raise Sim2RealError(f"--sweep, --twin, --robot: {task} has no randomisation knobs and no twin; "
-                                f"allowed: none of them (docs/metaworld.md)")
-        from embodied.eval.metaworld_protocol import run_checkpoints as mw_run_checkpoints
-
-        return mw_run_checkpoints(checkpoints, task, out, episodes=trials, num_envs=min(num_envs, 10), log=log)
-    if twin and task.startswith("ms:"):
+                                f"allowed: none of them ({family.doc})")
+        p = family.protocol
+        if trials > p.max_seeds:
+            raise Sim2RealError(f"--trials: {trials}; {p.seeds_limit}, allowed: 1..{p.max_seeds}")
+        return run_checkpoints(checkpoints, task, out, trials, num_envs=min(num_envs, p.max_envs or num_envs), log=log)
+    if twin and not family.twin:
         raise Sim2RealError(f"--twin: the twin (embodied robot-sim) runs the MuJoCo tasks; {task} has none; "
                             f"allowed: --robot FILE, or no robot")
     sweep = load_sweep(sweep_file, task)  # every input is checked before anything runs

@@ -24,6 +24,8 @@ SUITES: dict[str, tuple[int, int]] = {
 }
 SETTLE_STEPS = 10  # no-op steps (gripper open) after every reset, as in the eval scripts
 NUM_INIT_STATES = 50  # official evaluation init states per task
+STATE_DIM, OBJ_DIM = 8, 6  # "state" (eef pos, axis-angle, fingers); the goal's two objects' xyz
+SIM_START = STATE_DIM + OBJ_DIM  # where the flat MuJoCo state (time first) starts in "privileged"
 LAYOUT_SUFFIXES = ("official", "sampled")  # "libero:SUITE[/TASK]@LAYOUTS"
 
 

@@ -6,27 +6,19 @@ standard library, numpy and LIBERO: never the project.
 
 Usage: python worker.py --suite libero_spatial --task 3 [--height 128 --width 128
        --cameras agentview,robot0_eye_in_hand --settle 10]
-The worker builds the env, creates a shared-memory block for its observation and writes one
-frame: {"ok": true, "shm": name, "sim_dim": D, "instruction": ..., ...}. Then each request is one
-frame on stdin and gets one frame back. Frame: 4-byte big-endian length, then UTF-8 JSON.
-
-Shared memory (written by the worker after reset / step / set_state, read by the parent):
-  state    float32 [8]            eef pos (3), eef axis-angle (3), gripper qpos (2)
-  objects  float32 [6]            positions of the two objects of the first goal predicate
-                                  ("on bowl plate": the bowl, then the plate); zeros if none
-  sim      float64 [D]            flat MuJoCo state: time, qpos, qvel
-  images   uint8   [C, H, W, 3]   the --cameras in order, upright (rotated 180 degrees); C = 0
-                                  without cameras; written only when a request asks to render
-
-Requests:
-  {"op": "reset", "init": i}            official init state i (soft reset, gripper action
-                                        zeroed, set_init_state), then `settle` no-op steps;
-                                        "hard": true rebuilds the model first, as LIBERO's
-                                        default hard_reset does (the reference for the soft one)
-  {"op": "reset", "layout_seed": s}     a new layout from LIBERO's placement samplers, seeded
-  {"op": "step", "actions": [[7] x K], "limit": n, "render": bool, "dense": bool}
-      -> {"ok": true, "n": executed, "success": [n bools], "reward": [n floats] with dense}:
-         stops after a success or after `limit` steps, whichever comes first
+The loop, the framing and the shared memory are sims/sidevenv/worker.py's (E = 1 env here):
+  obs      float64 [1, 14 + D]    eef pos (3), eef axis-angle (3), gripper qpos (2), the positions
+                                  of the two objects of the first goal predicate ("on bowl plate":
+                                  the bowl, then the plate; zeros if none), the flat MuJoCo state
+                                  (time, qpos, qvel)
+  images   uint8   [1, C, H, W, 3]   the --cameras in order, upright (rotated 180 degrees)
+The hello frame adds sim_dim D, task_index, task_name, instruction, num_init_states, control_hz.
+Requests beyond the base's:
+  reset: "layouts": "official" -> seed s starts from official init state s mod 50 (soft reset,
+         gripper action zeroed, set_init_state), then `settle` no-op steps; "hard": true rebuilds
+         the model first, as LIBERO's default hard_reset does (the reference for the soft one);
+         "sampled" -> a new layout from LIBERO's placement samplers seeded with s mod 2^32
+  step: "dense": true -> the reward is the dense one below, else 1 on success
 Dense reward (libero_spatial's pick-and-place goals, "on OBJECT TARGET"): success (1) plus the
 change of a staged potential phi in [0, 1] over the step, phi = (reach + max(grasp, over) +
 max(lift, over) + max(lift, over) * over) / 4 from the sim state: reach = 1 - tanh(10 d), d the
@@ -37,31 +29,23 @@ xy distance to the target). Once the object is over the target, `over` stands in
 lift, so that lowering and releasing it there (the last stage) does not lower phi.
 Shaping by a potential difference sums to phi(last) - phi(first) over an episode, so the policy
 that succeeds is still the best one; phi is part of get_state / set_state.
-  {"op": "get_state"} -> {"ok": true, "sim": [D], "warm": [nv], "grip": [g], "timestep": t,
-                          "phi": p, "z0": z}
-  {"op": "set_state", "sim": ..., "warm": ..., "grip": ..., "timestep": t, "phi": p, "z0": z,
-                      "render": bool}
+Each env's state (get_state / set_state): {"sim": [D], "warm": [nv], "grip": [g], "timestep": t,
+"phi": p, "z0": z}.
   {"op": "potential"} -> {"ok": true, "phi": p, "terms": {reach, grasp, lift, over}, "last": the
                           potential the last reward used} (a check; step computes it without
                           the mj_forward that writing the observation does, one substep behind)
-  {"op": "quit"}
-Every reply has "ok"; a failed request gets {"ok": false, "reason": "..."} and the worker goes on.
-LIBERO prints to stdout: the real stdout is kept for frames and fd 1 points at stderr.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
-import traceback
-from multiprocessing import shared_memory
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # for sims/frames.py (standard library only)
-from sims.frames import leave_stop_to_parent, read_frame, write_frame  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # for sims/sidevenv/worker.py (stdlib + numpy)
+from sims.sidevenv.worker import SideWorker, serve  # noqa: E402
 
 CAMERAS = ("agentview", "robot0_eye_in_hand")  # LIBERO's two cameras
 NOOP = np.array([0, 0, 0, 0, 0, 0, -1], dtype=np.float64)  # the eval scripts' settle action
@@ -78,7 +62,7 @@ def quat_to_axis_angle(q: np.ndarray) -> np.ndarray:
     return q[:3] * 2.0 * np.arccos(w) / den
 
 
-class Worker:
+class Worker(SideWorker):
     def __init__(self, suite: str, task: str, height: int, width: int, cameras: list[str], settle: int):
         from libero.libero import benchmark
         from libero.libero.envs.env_wrapper import ControlEnv
@@ -104,14 +88,8 @@ class Worker:
         self.dim = self.env.get_sim_state().shape[0]
         self.goal_bodies = self._goal_bodies()
         self.phi, self.z0 = 0.0, 0.0  # dense reward: the last potential, the object's start height
-        n_img = len(cameras) * height * width * 3
-        self.shm = shared_memory.SharedMemory(create=True, size=56 + self.dim * 8 + max(n_img, 1))
-        buf = self.shm.buf
-        self.state = np.ndarray((8,), np.float32, buffer=buf, offset=0)
-        self.objects = np.ndarray((6,), np.float32, buffer=buf, offset=32)
-        self.sim = np.ndarray((self.dim,), np.float64, buffer=buf, offset=56)
-        self.images = np.ndarray((len(cameras), height, width, 3), np.uint8, buffer=buf, offset=56 + 8 * self.dim)
-        self.info = {"ok": True, "shm": self.shm.name, "sim_dim": self.dim, "task_index": idx,
+        self.make_memory(1, 14 + self.dim, len(cameras), height, width)
+        self.info = {"sim_dim": self.dim, "task_index": idx,
                      "task_name": self.task.name, "instruction": self.task.language,
                      "bddl_instruction": self.env.language_instruction, "num_init_states": len(self.init_states),
                      "cameras": self.cameras, "control_hz": float(self.env.env.control_freq)}
@@ -157,35 +135,35 @@ class Worker:
         phi, terms = self.potential()
         return {"ok": True, "phi": phi, "terms": terms, "last": self.phi}
 
-    def _write(self, render: bool) -> None:
+    def _write(self) -> None:
         """Observation of the current sim state into shared memory. Read from the sim itself (as
         robosuite's eef_pos / eef_quat / gripper_qpos sensors do) after mj_forward, not from the
         observables, whose sampling clocks are not part of the restorable state."""
         sim, robot = self.env.sim, self.env.robots[0]
         sim.forward()  # positions of the current qpos (mj_step leaves them one substep behind)
         xyzw = np.roll(np.asarray(sim.data.get_body_xquat(robot.robot_model.eef_name)), -1)
-        self.state[:3] = sim.data.site_xpos[robot.eef_site_id]
-        self.state[3:6] = quat_to_axis_angle(xyzw)
-        self.state[6:8] = sim.data.qpos[robot._ref_gripper_joint_pos_indexes]
-        self.objects[:] = 0.0
+        row = self.obs[0]
+        row[:3] = np.float32(sim.data.site_xpos[robot.eef_site_id])  # float32 values, as the state has
+        row[3:6] = np.float32(quat_to_axis_angle(xyzw))
+        row[6:8] = np.float32(sim.data.qpos[robot._ref_gripper_joint_pos_indexes])
+        row[8:14] = 0.0
         for k, b in enumerate(self.goal_bodies):
-            self.objects[3 * k:3 * k + 3] = sim.data.body_xpos[b]
-        self.sim[:] = self.env.get_sim_state()
-        if render:
-            for c, cam in enumerate(self.cameras):
-                img = self.env.sim.render(camera_name=cam, width=self.w, height=self.h)
-                self.images[c] = img[::-1, ::-1]  # OpenGL rows start at the bottom: rotate 180
+            row[8 + 3 * k:11 + 3 * k] = np.float32(sim.data.body_xpos[b])
+        row[14:] = self.env.get_sim_state()
 
-    def reset(self, req: dict) -> dict:
-        if "layout_seed" in req:
-            np.random.seed(int(req["layout_seed"]))  # robosuite's placement samplers use np.random
+    def render_env(self, j: int) -> None:
+        for c, cam in enumerate(self.cameras):
+            img = self.env.sim.render(camera_name=cam, width=self.w, height=self.h)
+            self.images[0, c] = img[::-1, ::-1]  # OpenGL rows start at the bottom: rotate 180
+
+    def reset_env(self, j: int, seed: int, req: dict) -> None:
+        if req.get("layouts", "official") == "sampled":
+            np.random.seed(seed % 2**32)  # robosuite's placement samplers use np.random
             self.env.reset()
             self.gripper.current_action = np.zeros_like(self.gripper.current_action)
             self.env.regenerate_obs_from_state(self.env.get_sim_state())
         else:
-            i = int(req["init"])
-            if not 0 <= i < len(self.init_states):
-                return {"ok": False, "reason": f"init: {i} not in [0, {len(self.init_states)})"}
+            i = seed % len(self.init_states)
             if req.get("hard"):  # the official protocol: rebuild the model (seconds; for checks)
                 self.env.env.hard_reset = True
                 try:
@@ -199,58 +177,51 @@ class Worker:
         for _ in range(self.settle):
             self.env.step(NOOP)
         self.env.env.timestep = 0
-        self._write(bool(req.get("render", True)))  # its mj_forward also serves the potential
+        self._write()  # its mj_forward also serves the potential
         self.z0 = float(self.env.sim.data.body_xpos[self.goal_bodies[0]][2]) if self.goal_bodies else 0.0
         self.phi = self.potential()[0]
-        return {"ok": True, "success": bool(self.env.check_success())}
 
-    def step(self, req: dict) -> dict:
-        actions = np.asarray(req["actions"], np.float64).reshape(-1, 7)
-        limit = int(req.get("limit", len(actions)))
+    def step_env(self, j: int, actions: np.ndarray, req: dict) -> tuple[list[bool], list[float], dict]:
         dense = bool(req.get("dense", False))
         success: list[bool] = []
         reward: list[float] = []
-        for a in actions[: max(limit, 0)]:
+        for a in actions.reshape(-1, 7):
             _, _, done, _ = self.env.step(a)
             success.append(bool(done))  # LIBERO's done is check_success()
             if dense:
                 phi = self.potential()[0]
                 reward.append(float(done) + phi - self.phi)
                 self.phi = phi
+            else:
+                reward.append(float(done))
             if done:
                 break
         if success:
-            self._write(bool(req.get("render", True)))
-        out = {"ok": True, "n": len(success), "success": success}
-        if dense:
-            out["reward"] = reward
-        return out
+            self._write()
+        return success, reward, {}
 
-    def get_state(self, req: dict) -> dict:
+    def get_env_state(self, j: int) -> dict:
         d = self.env.sim.data
-        return {"ok": True, "sim": self.env.get_sim_state().tolist(), "warm": np.asarray(d.qacc_warmstart).tolist(),
+        return {"sim": self.env.get_sim_state().tolist(), "warm": np.asarray(d.qacc_warmstart).tolist(),
                 "grip": np.asarray(self.gripper.current_action).tolist(), "timestep": int(self.env.env.timestep),
                 "phi": self.phi, "z0": self.z0}
 
-    def set_state(self, req: dict) -> dict:
-        self.gripper.current_action = np.asarray(req["grip"], np.float64)
-        self.env.regenerate_obs_from_state(np.asarray(req["sim"], np.float64))
-        self.env.sim.data.qacc_warmstart[:] = np.asarray(req["warm"], np.float64)
-        self.env.env.timestep = int(req["timestep"])
-        self.phi, self.z0 = float(req.get("phi", 0.0)), float(req.get("z0", 0.0))
-        self._write(bool(req.get("render", True)))
-        return {"ok": True}
+    def set_env_state(self, j: int, st: dict) -> None:
+        self.gripper.current_action = np.asarray(st["grip"], np.float64)
+        self.env.regenerate_obs_from_state(np.asarray(st["sim"], np.float64))
+        self.env.sim.data.qacc_warmstart[:] = np.asarray(st["warm"], np.float64)
+        self.env.env.timestep = int(st["timestep"])
+        self.phi, self.z0 = float(st.get("phi", 0.0)), float(st.get("z0", 0.0))
+        self._write()
 
-    def close(self) -> None:
-        try:
-            self.env.close()
-        finally:
-            self.shm.close()
-            self.shm.unlink()
+    def ops(self) -> dict:
+        return {**super().ops(), "potential": self.potential_op}
+
+    def close_envs(self) -> None:
+        self.env.close()
 
 
 def main() -> None:
-    leave_stop_to_parent()
     p = argparse.ArgumentParser()
     p.add_argument("--suite", required=True)
     p.add_argument("--task", required=True)
@@ -258,34 +229,7 @@ def main() -> None:
     p.add_argument("--width", type=int, default=128)
     p.add_argument("--cameras", default="", help="comma-separated camera names; empty: state only")
     p.add_argument("--settle", type=int, default=10)
-    args = p.parse_args()
-    out = os.fdopen(os.dup(1), "wb")  # frames only
-    os.dup2(2, 1)  # everything LIBERO and robosuite print goes to stderr
-    sys.stdout = sys.stderr
-    inp = sys.stdin.buffer
-    try:
-        worker = Worker(args.suite, args.task, args.height, args.width, [c for c in args.cameras.split(",") if c], args.settle)
-    except Exception as e:  # noqa: BLE001 - reported to the parent in one line
-        traceback.print_exc()
-        write_frame(out, {"ok": False, "reason": f"{type(e).__name__}: {e}"})
-        return
-    try:
-        write_frame(out, worker.info)
-        ops = {"reset": worker.reset, "step": worker.step, "get_state": worker.get_state,
-               "set_state": worker.set_state,
-               "potential": worker.potential_op}
-        while (req := read_frame(inp)) is not None and req.get("op") != "quit":
-            op = ops.get(req.get("op"))
-            if op is None:
-                write_frame(out, {"ok": False, "reason": f"unknown op {req.get('op')!r}; allowed: {', '.join(ops)}"})
-                continue
-            try:
-                write_frame(out, op(req))
-            except Exception as e:  # noqa: BLE001
-                traceback.print_exc()
-                write_frame(out, {"ok": False, "reason": f"{req.get('op')}: {type(e).__name__}: {e}"})
-    finally:
-        worker.close()
+    serve(p, lambda a: Worker(a.suite, a.task, a.height, a.width, [c for c in a.cameras.split(",") if c], a.settle))
 
 
 if __name__ == "__main__":

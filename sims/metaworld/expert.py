@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sims.metaworld.proc import OBS_DIM, WorkerProc
+from sims.metaworld.proc import OBS_DIM, SIDE, WORKER
+from sims.sidevenv.proc import WorkerProc
 from sims.metaworld.tasks import parse_name
 from sims.vecenv import EnvError
 
@@ -34,9 +35,9 @@ class ScriptedExpert:
     def __call__(self, privileged: np.ndarray) -> np.ndarray:
         priv = np.asarray(privileged, np.float64)
         if self.proc is None:
-            self.proc = WorkerProc("expert", expert=True)
+            self.proc = WorkerProc(SIDE, "expert", WORKER, ["--expert"])
             self.proc.wait_ready(120.0)
-        reply = self.proc.call({"op": "act", "tasks": self.row_tasks(priv), "obs": priv[:, :OBS_DIM].tolist()})
+        reply = self.proc.call({"op": "act", "tasks": self.row_tasks(priv), "obs": np.ascontiguousarray(priv[:, :OBS_DIM])})
         return np.asarray(reply["actions"], np.float32)
 
     def reset(self, env_ids: np.ndarray, privileged: np.ndarray) -> None:

@@ -1,49 +1,37 @@
 """One MetaWorld worker: several MetaWorld envs in the side venv .venv-metaworld (`make metaworld`).
 
-Run by sims/metaworld/proc.py as `.venv-metaworld/bin/python sims/metaworld/worker.py --tasks
-pick-place-v3,reach-v3 ...`; it imports only the standard library, numpy, mujoco, MetaWorld and
-sims/frames.py. Requests and replies are length-prefixed JSON frames (sims/frames.py) on stdin and
-stdout; the first frame it writes is a hello. Observations go to a shared-memory block:
-
+Run by sims/metaworld/env.py (through sims/sidevenv/proc.py) as `.venv-metaworld/bin/python
+sims/metaworld/worker.py --tasks pick-place-v3,reach-v3 ...`; it imports only the standard
+library, numpy, mujoco, MetaWorld and sims/sidevenv/worker.py, whose loop, framing and shared
+memory it uses:
   obs     float64 [E, 39]            MetaWorld's observation of each of its E envs (goal visible)
-  images  uint8   [E, C, H, W, 3]    the --cameras in order (written when a request asks to render)
-
-Requests (env indices j are this worker's own, 0..E-1):
-  {"op": "reset", "envs": [[j, seed], ...], "render": bool}
-      seed s: the env's np_random is seeded with s, then MetaWorld's reset draws the layout
-      (object and goal positions) from it: equal seeds give equal episodes.
-  {"op": "step", "actions": {j: [[4] x K]}, "limits": {j: n}, "render": bool}
-      -> {"ok": true, "res": {j: {"n": executed, "success": [n bools], "reward": [n floats], "start": float}}}
-      stops after a success or after `limits[j]` steps; reward is MetaWorld's (0-10) over 10, start
-      the same before the chunk's first step (after a reset: MetaWorld's reward of the reset state
-      with a zero action), so that the env can form reward differences (potential-based shaping)
-  {"op": "get_state"} -> {"ok": true, "envs": [state of env j, ...]}
-  {"op": "set_state", "envs": [...], "render": bool}
-      a state: MuJoCo's integration state (mj_getState: time, qpos, qvel, act, warm start,
+  images  uint8   [E, C, H, W, 3]    the --cameras in order
+What is MetaWorld's:
+  reset: seed s seeds the env's np_random, then MetaWorld's reset draws the layout (object and
+      goal positions) from it: equal seeds give equal episodes.
+  step: the reward is MetaWorld's (0-10) over 10; the extra "start" is the same before the
+      chunk's first step (after a reset: MetaWorld's reward of the reset state with a zero
+      action), so that the env can form reward differences (potential-based shaping)
+  an env's state: MuJoCo's integration state (mj_getState: time, qpos, qvel, act, warm start,
       controls, mocap, ...), the model's body and site positions (resets move the objects'
-      fixtures and the goal sites there), the env's plain Python attributes (arrays and numbers: the step
-      counter, the previous frame of the stacked observation, the goal, the reward's reference
-      points, ...), the last observation and the last reward.
-  {"op": "quit"}
+      fixtures and the goal sites there), the env's plain Python attributes (arrays and numbers:
+      the step counter, the previous frame of the stacked observation, the goal, the reward's
+      reference points, ...), the last observation and the last reward.
 With --expert it holds no envs and answers only
-  {"op": "act", "tasks": [B names], "obs": [[39] x B]} -> {"ok": true, "actions": [[4] x B]}
+  {"op": "act", "tasks": [B names], "obs": float64 [B, 39]} -> {"ok": true, "actions": float32 [B, 4]}
 with MetaWorld's scripted policy of each row's task.
-Every reply has "ok"; a failed request gets {"ok": false, "reason": "..."} and the worker goes on.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import traceback
-from multiprocessing import shared_memory
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # for sims/frames.py (standard library only)
-from sims.frames import leave_stop_to_parent, read_frame, write_frame  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # for sims/sidevenv/worker.py (stdlib + numpy)
+from sims.sidevenv.worker import SideWorker, serve  # noqa: E402
 
 OBS_DIM = 39
 
@@ -67,7 +55,7 @@ def _unplain(d: dict):
     return d["py"]
 
 
-class Worker:
+class Worker(SideWorker):
     def __init__(self, tasks: list[str], height: int, width: int, cameras: list[str]):
         import mujoco
         from metaworld.env_dict import ALL_V3_ENVIRONMENTS
@@ -111,87 +99,67 @@ class Worker:
                 self.flip[name] = [bool(env.data.cam_xmat[env.model.camera(c).id].reshape(3, 3)[2, 1] < 0)
                                    for c in cameras]
         self.cameras, self.h, self.w = list(cameras), height, width
-        E, C = len(tasks), len(cameras)
-        self.shm = shared_memory.SharedMemory(create=True, size=max(E * OBS_DIM * 8 + E * C * height * width * 3, 1))
-        self.obs = np.ndarray((E, OBS_DIM), np.float64, buffer=self.shm.buf, offset=0)
-        self.images = np.ndarray((E, C, height, width, 3), np.uint8, buffer=self.shm.buf, offset=E * OBS_DIM * 8)
+        self.make_memory(len(tasks), OBS_DIM, len(cameras), height, width)
         env = self.envs[0]
-        self.info = {"ok": True, "shm": self.shm.name, "tasks": tasks, "cameras": self.cameras,
+        self.info = {"tasks": tasks, "cameras": self.cameras,
                      "control_hz": 1.0 / (env.model.opt.timestep * env.frame_skip),
                      "max_path_length": int(env.max_path_length)}
 
-    def _render(self, j: int) -> None:
+    def render_env(self, j: int) -> None:
+        if not self.cameras:
+            return
         r, env, flip = self.renderers[self.tasks[j]], self.envs[j], self.flip[self.tasks[j]]
         for c, cam in enumerate(self.cameras):
             r.update_scene(env.data, camera=cam)
             img = r.render()
             self.images[j, c] = img[::-1, ::-1] if flip[c] else img
 
-    def reset(self, req: dict) -> dict:
-        for j, seed in req["envs"]:
-            env = self.envs[j]
-            env.seed(int(seed))
-            obs, _ = env.reset()
+    def reset_env(self, j: int, seed: int, req: dict) -> None:
+        env = self.envs[j]
+        env.seed(seed)
+        obs, _ = env.reset()
+        self.obs[j] = obs
+        self.last_reward[j] = float(env.evaluate_state(obs, np.zeros(4))[0]) / 10.0
+
+    def step_env(self, j: int, actions: np.ndarray, req: dict) -> tuple[list[bool], list[float], dict]:
+        env, start = self.envs[j], self.last_reward[j]
+        success, reward = [], []
+        for a in actions.reshape(-1, 4):
+            obs, r, _, _, info = env.step(np.clip(a, -1.0, 1.0))
             self.obs[j] = obs
-            self.last_reward[j] = float(env.evaluate_state(obs, np.zeros(4))[0]) / 10.0
-            if req.get("render") and self.cameras:
-                self._render(j)
-        return {"ok": True}
+            success.append(bool(info["success"]))
+            reward.append(float(r) / 10.0)
+            self.last_reward[j] = reward[-1]
+            if success[-1]:
+                break
+        return success, reward, {"start": start}
 
-    def step(self, req: dict) -> dict:
-        res = {}
-        for key, acts in req["actions"].items():
-            j, env = int(key), self.envs[int(key)]
-            limit = int(req["limits"][key])
-            success, reward, start = [], [], self.last_reward[j]
-            for a in np.asarray(acts, np.float64).reshape(-1, 4)[: max(limit, 0)]:
-                obs, r, _, _, info = env.step(np.clip(a, -1.0, 1.0))
-                self.obs[j] = obs
-                success.append(bool(info["success"]))
-                reward.append(float(r) / 10.0)
-                self.last_reward[j] = reward[-1]
-                if success[-1]:
-                    break
-            if req.get("render") and self.cameras:
-                self._render(j)
-            res[key] = {"n": len(success), "success": success, "reward": reward, "start": start}
-        return {"ok": True, "res": res}
+    def get_env_state(self, j: int) -> dict:
+        env, sig = self.envs[j], self.mj.mjtState.mjSTATE_INTEGRATION
+        mjs = np.empty(self.mj.mj_stateSize(env.model, sig))
+        self.mj.mj_getState(env.model, env.data, mjs, sig)
+        attrs = {k: p for k, v in vars(env).items() if (p := _plain(v)) is not None}
+        return {"mj": mjs.tolist(), "attrs": attrs, "obs": self.obs[j].tolist(), "reward": self.last_reward[j],
+                "body_pos": env.model.body_pos.tolist(), "site_pos": env.model.site_pos.tolist()}
 
-    def get_state(self, req: dict) -> dict:
-        out = []
-        for j, env in enumerate(self.envs):
-            sig = self.mj.mjtState.mjSTATE_INTEGRATION
-            mjs = np.empty(self.mj.mj_stateSize(env.model, sig))
-            self.mj.mj_getState(env.model, env.data, mjs, sig)
-            attrs = {k: p for k, v in vars(env).items() if (p := _plain(v)) is not None}
-            out.append({"mj": mjs.tolist(), "attrs": attrs, "obs": self.obs[j].tolist(), "reward": self.last_reward[j],
-                        "body_pos": env.model.body_pos.tolist(), "site_pos": env.model.site_pos.tolist()})
-        return {"ok": True, "envs": out}
+    def set_env_state(self, j: int, st: dict) -> None:
+        env = self.envs[j]
+        env.model.body_pos[:] = st["body_pos"]  # resets move bodies and goal sites in the model
+        env.model.site_pos[:] = st["site_pos"]
+        mjs, sig = np.asarray(st["mj"], np.float64), self.mj.mjtState.mjSTATE_INTEGRATION
+        self.mj.mj_setState(env.model, env.data, mjs, sig)
+        self.mj.mj_forward(env.model, env.data)  # positions for rendering; it rewrites the warm start,
+        self.mj.mj_setState(env.model, env.data, mjs, sig)  # so the state is set once more
+        for k, v in st["attrs"].items():
+            setattr(env, k, _unplain(v))
+        self.obs[j] = st["obs"]
+        self.last_reward[j] = float(st.get("reward", 0.0))
 
-    def set_state(self, req: dict) -> dict:
-        for j, st in enumerate(req["envs"]):
-            env = self.envs[j]
-            env.model.body_pos[:] = st["body_pos"]  # resets move bodies and goal sites in the model
-            env.model.site_pos[:] = st["site_pos"]
-            mjs, sig = np.asarray(st["mj"], np.float64), self.mj.mjtState.mjSTATE_INTEGRATION
-            self.mj.mj_setState(env.model, env.data, mjs, sig)
-            self.mj.mj_forward(env.model, env.data)  # positions for rendering; it rewrites the warm start,
-            self.mj.mj_setState(env.model, env.data, mjs, sig)  # so the state is set once more
-            for k, v in st["attrs"].items():
-                setattr(env, k, _unplain(v))
-            self.obs[j] = st["obs"]
-            self.last_reward[j] = float(st.get("reward", 0.0))
-            if req.get("render") and self.cameras:
-                self._render(j)
-        return {"ok": True}
-
-    def close(self) -> None:
+    def close_envs(self) -> None:
         for r in self.renderers.values():
             r.close()
         for env in self.envs:
             env.close()
-        self.shm.close()
-        self.shm.unlink()
 
 
 class Expert:
@@ -217,53 +185,28 @@ class Expert:
 
     def act(self, req: dict) -> dict:
         obs = np.asarray(req["obs"], np.float64)
-        acts = [np.clip(self.policy(t).get_action(o), -1.0, 1.0).tolist() for t, o in zip(req["tasks"], obs)]
-        return {"ok": True, "actions": acts}
+        acts = [np.clip(self.policy(t).get_action(o), -1.0, 1.0) for t, o in zip(req["tasks"], obs)]
+        return {"ok": True, "actions": np.asarray(acts, np.float32).reshape(len(obs), 4)}
+
+    def hello(self) -> dict:
+        return dict(self.info)
+
+    def ops(self) -> dict:
+        return {"act": self.act}
 
     def close(self) -> None:
         pass
 
 
 def main() -> None:
-    leave_stop_to_parent()
     p = argparse.ArgumentParser()
     p.add_argument("--tasks", default="")
     p.add_argument("--height", type=int, default=64)
     p.add_argument("--width", type=int, default=64)
     p.add_argument("--cameras", default="", help="comma-separated camera names; empty: state only")
     p.add_argument("--expert", action="store_true")
-    args = p.parse_args()
-    out = os.fdopen(os.dup(1), "wb")  # frames only
-    os.dup2(2, 1)  # anything the libraries print goes to stderr
-    sys.stdout = sys.stderr
-    inp = sys.stdin.buffer
-    try:
-        if args.expert:
-            worker = Expert()
-            ops = {"act": worker.act}
-        else:
-            worker = Worker([t for t in args.tasks.split(",") if t], args.height, args.width,
-                            [c for c in args.cameras.split(",") if c])
-            ops = {"reset": worker.reset, "step": worker.step, "get_state": worker.get_state,
-                   "set_state": worker.set_state}
-    except Exception as e:  # noqa: BLE001 - reported to the parent in one line
-        traceback.print_exc()
-        write_frame(out, {"ok": False, "reason": f"{type(e).__name__}: {e}"})
-        return
-    try:
-        write_frame(out, worker.info)
-        while (req := read_frame(inp)) is not None and req.get("op") != "quit":
-            op = ops.get(req.get("op"))
-            if op is None:
-                write_frame(out, {"ok": False, "reason": f"unknown op {req.get('op')!r}; allowed: {', '.join(ops)}"})
-                continue
-            try:
-                write_frame(out, op(req))
-            except Exception as e:  # noqa: BLE001
-                traceback.print_exc()
-                write_frame(out, {"ok": False, "reason": f"{req.get('op')}: {type(e).__name__}: {e}"})
-    finally:
-        worker.close()
+    serve(p, lambda a: Expert() if a.expert else Worker([t for t in a.tasks.split(",") if t], a.height, a.width,
+                                                         [c for c in a.cameras.split(",") if c]))
 
 
 if __name__ == "__main__":

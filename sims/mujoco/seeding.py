@@ -63,3 +63,28 @@ def sample_seeded(sampler: Sampler, seeds: list[int]) -> dict[str, np.ndarray]:
 def stream_from(seeds: list[int]) -> np.random.Generator:
     """The batch-level generator for auto-resets, seeded from a seeded reset's seeds."""
     return np.random.default_rng(np.random.SeedSequence([*seeds, 0x5EED]))
+
+
+def reset_seeds(rng: np.random.Generator, seeded: bool, seed: Any, n: int) -> tuple[np.random.Generator, bool, list[int]]:
+    """(stream, seeded, the seeds of n reset envs): seed None draws them from the stream; an
+    explicit seed gives them (parse_seeds) and, at the first explicit reset, starts a new stream
+    from them (stream_from), so that the auto-resets after it repeat with the seeds."""
+    if seed is None:
+        return rng, seeded, rng.integers(0, 2**31 - 1, n).tolist()
+    seeds = parse_seeds(seed, n)
+    return (rng, seeded, seeds) if seeded else (stream_from(seeds), True, seeds)
+
+
+def stream_state(rng: np.random.Generator, seeded: bool) -> dict[str, Any]:
+    """A seed stream as a checkpoint holds it (JSON text and an int); stream_from_state reverses it."""
+    import json
+
+    return {"rng_state": json.dumps(rng.bit_generator.state), "rng_seeded": int(seeded)}
+
+
+def stream_from_state(state: dict[str, Any]) -> tuple[np.random.Generator, bool]:
+    import json
+
+    rng = np.random.default_rng()
+    rng.bit_generator.state = json.loads(state["rng_state"])
+    return rng, bool(int(state["rng_seeded"]))

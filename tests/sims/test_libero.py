@@ -17,7 +17,7 @@ import torch
 
 from sims.libero.env import SIM_START
 from sims.libero.expert import PickPlace
-from sims.libero.proc import WorkerProc, libero_python
+from sims.libero.proc import libero_python, start_worker
 from sims.libero.tasks import SUITES, parse_name
 from sims.registry import make_env
 from sims.vecenv import EnvError
@@ -117,14 +117,15 @@ def test_dense_reward_stages_along_the_expert(env):
     order (reach the rim, grasp, lift, carry over the plate) and the dense rewards sum to the
     potential's change (shaping by a potential difference)."""
     wk, expert = env.workers[0], PickPlace()
-    wk.call({"op": "reset", "init": 0, "render": False})
+    wk.call({"op": "reset", "envs": [[0, 0]], "render": False})
     phi0 = wk.call({"op": "potential"})["last"]
     first: dict[str, int] = {}
     total = 0.0
     for t in range(120):
-        priv = np.concatenate([wk.state, wk.objects])[None].astype(np.float64)
-        rep = wk.call({"op": "step", "actions": expert(priv).tolist(), "render": False, "dense": True})
-        total += sum(rep["reward"])
+        priv = wk.obs[:, :SIM_START].copy()
+        rep = wk.call({"op": "step", "actions": np.asarray(expert(priv), np.float64)[:, None], "render": False,
+                       "dense": True})
+        total += float(rep["reward"][0, :rep["n"][0]].sum())
         pot = wk.call({"op": "potential"})
         terms = pot["terms"]
         for name, hit in (("reach", terms["reach"] > 0.8), ("grasp", terms["grasp"] == 1.0),
@@ -136,7 +137,7 @@ def test_dense_reward_stages_along_the_expert(env):
             break
     assert list(first) == ["reach", "grasp", "lift", "over"], first
     assert first["reach"] < first["grasp"] <= first["lift"] < first["over"], first
-    assert pot["phi"] > 0.9 and abs(total - (pot["last"] - phi0)) < 1e-9 and not any(rep["success"])
+    assert pot["phi"] > 0.9 and abs(total - (pot["last"] - phi0)) < 1e-9 and not rep["success"].any()
     env.reset(seed=[0, 1])
 
 
@@ -144,18 +145,18 @@ def test_dense_reward_stages_along_the_expert(env):
 def test_soft_reset_matches_hard_reset():
     """The soft reset (gripper action zeroed, set_init_state) equals LIBERO's default hard reset,
     bit for bit, after an episode that closed the gripper."""
-    wk = WorkerProc("check", "libero_spatial", "1", 32, 32, [], 10)
+    wk = start_worker("check", "libero_spatial", "1", 32, 32, [], 10)
     try:
         wk.wait_ready(600)
         close = [[0.3, 0.0, -0.3, 0.0, 0.0, 0.0, 1.0]] * 4  # moves and closes the gripper
         acts = (np.random.default_rng(0).random((15, 7)) * 2 - 1).tolist()
         runs = []
         for hard in (True, False):
-            wk.call({"op": "step", "actions": close})
-            wk.call({"op": "reset", "init": 2, "hard": hard})
-            start = wk.sim.copy()
-            wk.call({"op": "step", "actions": acts})
-            runs.append((start, wk.sim.copy()))
+            wk.call({"op": "step", "actions": np.asarray([close], np.float64)})
+            wk.call({"op": "reset", "envs": [[0, 2]], "hard": hard})
+            start = wk.obs[0, SIM_START:].copy()
+            wk.call({"op": "step", "actions": np.asarray([acts], np.float64)})
+            runs.append((start, wk.obs[0, SIM_START:].copy()))
         assert np.array_equal(runs[0][0], runs[1][0]) and np.array_equal(runs[0][1], runs[1][1])
     finally:
         wk.close()

@@ -54,9 +54,10 @@ def task_class(task: str) -> type:
         lower = {t.lower(): t for t in tasks}
         close = difflib.get_close_matches(task.lower(), lower, n=1, cutoff=0.6)
         hint = f"did you mean {lower[close[0]]!r}? " if close else ""
+        from sims.family import describe_families
+
         raise EnvError(f"task: unknown task {task!r}; {hint}allowed: the MuJoCo tasks {', '.join(sorted(tasks))}; "
-                       f"other families by prefix: ms:<ManiSkill env id>, libero:<suite>[/<task>], "
-                       f"metaworld:<MT10|MT50|task>, multi:<A>+<B>, wm:<world model dir> (`embodied list`)")
+                       f"other families by prefix: {describe_families()} (`embodied list`)")
     return tasks[task]
 
 
