@@ -46,8 +46,6 @@ def robot_config_from_file(path: str | Path, cfg: Any, label: str, record: dict[
     """RobotEnvConfig from a YAML of its fields; Sim2RealError when it cannot feed the checkpoint.
     record: the policy's record; the camera transform its dataset recorded becomes the robot's
     `camera` (a YAML `camera` that differs from it is refused)."""
-    from embodied.deploy.serve import recorded_camera
-
     from robot_bridge.robot_env import RobotEnvConfig
     from robot_bridge.safety import SafetyConfig
     from sims.vecenv import EnvError
@@ -68,13 +66,6 @@ def robot_config_from_file(path: str | Path, cfg: Any, label: str, record: dict[
     for key in ("joint_names", "image_size"):
         if key in data:
             data[key] = tuple(data[key])
-    recorded = recorded_camera(record) if observed_cameras(cfg) else None
-    if recorded is not None:
-        if data.get("camera") is not None and _camera_keys(data["camera"]) != recorded:
-            raise Sim2RealError(f"robot.camera: {data['camera']} differs from the transform checkpoint {label}'s "
-                                f"training frames went through, {recorded}; allowed: leave it out (that one "
-                                f"applies), or the same")
-        data["camera"] = recorded
     safety = data.pop("safety", None)
     try:
         action_dim = int(data.get("action_dim", 4))
@@ -83,7 +74,7 @@ def robot_config_from_file(path: str | Path, cfg: Any, label: str, record: dict[
     except (EnvError, TypeError, ValueError) as e:
         raise Sim2RealError(f"robot: {e}") from None
     check_robot_matches(rc, cfg, label)
-    return rc
+    return with_recorded_camera(rc, record, f"checkpoint {label}")
 
 
 def _camera_keys(camera: Any) -> Any:
@@ -113,6 +104,20 @@ def check_robot_matches(rc: Any, cfg: Any, label: str) -> None:
         raise Sim2RealError(f"robot.privileged_topic: checkpoint {label} reads the privileged state "
                             f"({spec.privileged_dim} values); allowed: a topic with privileged_dim "
                             f"{spec.privileged_dim} (digital twins only)")
+
+
+def with_recorded_camera(rc: Any, record: dict[str, Any] | None, label: str = "the checkpoint") -> Any:
+    """rc with `camera` the transform the policy's dataset recorded (none recorded: rc); a
+    different `camera` already in rc is a Sim2RealError."""
+    from embodied.deploy.serve import recorded_camera
+
+    recorded = recorded_camera(record) if rc.image_topics else None
+    if recorded is None or _camera_keys(rc.camera) == recorded:
+        return rc
+    if rc.camera is not None:
+        raise Sim2RealError(f"robot.camera: {rc.camera} differs from the transform {label}'s training frames went "
+                            f"through, {recorded}; allowed: leave it out (that one applies), or the same")
+    return dataclasses.replace(rc, camera=recorded)
 
 
 class Twin:
@@ -192,6 +197,8 @@ def run_robot(policy: Any, rc: Any, seeds: Sequence[int], twin: Twin | None = No
 
     if twin is not None:
         twin.check_alive()
+    else:  # a real robot: its frames through the transform the policy's dataset recorded
+        rc = with_recorded_camera(rc, getattr(policy, "record", None))
     env = RobotEnv(rc)
     needs = ["state", *(["privileged"] if rc.privileged_topic else []), *(f"rgb_{c}" for c in rc.image_topics)]
     try:  # before the first reset: every observation the policy reads arrives (a robot may still be starting)
