@@ -27,7 +27,7 @@ ARMS = {"fr3": "fr3_crisp", "ur": "ur_servo", "ur_jtc": "ur_jtc", "so101": "so10
 HZ = 50.0
 
 DRIVE = """
-import json, sys, time, numpy as np, torch, yaml
+import json, sys, threading, time, numpy as np, torch, yaml
 from robot_bridge import ros_types as rt
 from robot_bridge.robot_env import RobotEnv
 from robot_bridge.robot_env_config import robot_config_from_mapping
@@ -67,11 +67,17 @@ def fuzz(rng, A, center):  # the same kinds for joint actions of any A
     return np.sign(rng.uniform(-1, 1, A)) * rng.uniform(0.5, 50, A) + center
 
 out = {"transport": tr.name, "start": time.monotonic()}
-for arm, file in ARMS.items():
-    data = yaml.safe_load(open(f"configs/robots/{file}.yaml"))
-    cfg = robot_config_from_mapping(data, namespace=f"/{tr.name}/{arm}", reset="topic", success="classifier", control_hz=HZ,
-                                    max_episode_steps=10**6, obs_timeout_s=3.0)
-    env = RobotEnv(cfg, transport=tr, success_fn=lambda obs: False)
+arms = {}
+for arm, file in ARMS.items():  # made first: the pause and e-stop publishers are matched before they are used
+    cfg = robot_config_from_mapping(yaml.safe_load(open(f"configs/robots/{file}.yaml")), namespace=f"/{tr.name}/{arm}",
+                                    reset="topic", success="classifier", control_hz=HZ, max_episode_steps=10**6,
+                                    obs_timeout_s=3.0)
+    arms[arm] = (cfg, RobotEnv(cfg, transport=tr, success_fn=lambda obs: False),
+                 tr.publisher(cfg.topic("/pause"), "std_msgs/msg/Float64", COMMAND_QOS),
+                 tr.publisher(cfg.topic("/estop"), "std_msgs/msg/Bool", COMMAND_QOS))
+
+def drive(arm):
+    cfg, env, pause, estop = arms[arm]
     env.out.keep_sent = True
     ee, A, J = cfg.safety.mode == "ee_delta", cfg.action_dim, len(cfg.joint_names)
     chunked = cfg.interface == "joint_trajectory"
@@ -107,7 +113,7 @@ for arm, file in ARMS.items():
                 env.step(torch.tensor(fuzz(rng, A, center)[None]))
         r["counts"] = dict(env.safety.counts)
         n = len(env.out.sent)
-        tr.publisher(cfg.topic("/pause"), "std_msgs/msg/Float64", COMMAND_QOS).publish(rt.scalar("std_msgs/msg/Float64", 1.0))
+        pause.publish(rt.scalar("std_msgs/msg/Float64", 1.0))
         end = time.monotonic() + 2.0  # until the newest state is older than the watchdog
         while time.monotonic() - env._js.latest().recv_time < cfg.safety.watchdog_s and time.monotonic() < end:
             time.sleep(0.01)
@@ -120,7 +126,7 @@ for arm, file in ARMS.items():
         r["stale_sent"] = [summary(m) for m in env.out.sent[n:]]
         env._js.wait_after(time.monotonic(), 3.0)  # the states are back
         obs, _ = env.reset(seed=2)
-        tr.publisher(cfg.topic("/estop"), "std_msgs/msg/Bool", COMMAND_QOS).publish(rt.scalar("std_msgs/msg/Bool", True))
+        estop.publish(rt.scalar("std_msgs/msg/Bool", True))
         time.sleep(0.2)
         n = len(env.out.sent)
         try:
@@ -133,6 +139,12 @@ for arm, file in ARMS.items():
     finally:
         env.close()
         r["seconds"] = time.monotonic() - t0
+
+threads = [threading.Thread(target=drive, args=(arm,)) for arm in ARMS]  # the four arms at once
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
 tr.close()
 print(json.dumps(out), flush=True)
 """
