@@ -1,5 +1,6 @@
-"""The VecEnv contract for every MuJoCo task, for ManiSkill3 tasks ("ms:...") and for MetaWorld
-("metaworld:..."): shapes, auto-reset, seeding, determinism, chunks; checkpoints and bad input for
+"""The VecEnv contract for every MuJoCo task, for ManiSkill3 tasks ("ms:..."), for MetaWorld
+("metaworld:...") and for gymnasium's MuJoCo arms ("gym:Reacher-v5", "gym:Pusher-v5"): shapes,
+auto-reset, seeding, determinism, chunks; checkpoints and bad input for
 MuJoCo and MetaWorld (ManiSkill's own bad-input and rgb tests are in test_maniskill.py,
 MetaWorld's in test_metaworld.py). The MetaWorld cases skip, with the reason, without
 .venv-metaworld (`make metaworld`; `make test` builds it)."""
@@ -25,6 +26,9 @@ _needs_mw = pytest.mark.skipif(not metaworld_python().exists(), reason=".venv-me
 MW = pytest.param("metaworld:MT10", marks=_needs_mw)
 MW_ONE = pytest.param("metaworld:MT10/push-v3", marks=_needs_mw)
 BOTH = TASKS + MS_TASKS
+# gymnasium's MuJoCo arms behind the contract (sims/gym, docs/gym.md): a single env run B times.
+GYM = ["gym:Reacher-v5", "gym:Pusher-v5"]
+ACTION_DIM = {"gym:Reacher-v5": 2, "gym:Pusher-v5": 7}
 
 
 def _make(task: str, n: int, **kw):
@@ -54,12 +58,12 @@ def test_tasks_registered():
                           "ComposeHeldOut"}
 
 
-@pytest.mark.parametrize("task", BOTH + ["ms:StackCube-v1", "ms:PullCube-v1", "ms:PegInsertionSide-v1", MW])
+@pytest.mark.parametrize("task", BOTH + ["ms:StackCube-v1", "ms:PullCube-v1", "ms:PegInsertionSide-v1", MW] + GYM)
 def test_state_obs_shapes(task):
     env = _make(task, 4)
     obs, info = env.reset(seed=0)
     spec = env.spec
-    assert spec.action_dim == (7 if task.startswith("ms:") else 4)
+    assert spec.action_dim == ACTION_DIM.get(task, 7 if task.startswith("ms:") else 4)
     assert spec.num_envs == 4 and spec.cameras == ()
     assert set(obs) == {"state", "privileged", "instruction"}
     assert obs["state"].shape == (4, spec.state_dim) and obs["state"].dtype == torch.float32
@@ -106,12 +110,13 @@ def test_rgb_shows_per_env_colours():
     env.close()
 
 
-@pytest.mark.parametrize("task", BOTH + [MW])
+@pytest.mark.parametrize("task", BOTH + [MW] + GYM)
 def test_truncation_and_auto_reset(task):
     env = _make(task, 4, max_episode_steps=3)
     obs, _ = env.reset(seed=0)
     hold = torch.zeros(4, env.spec.action_dim)
-    hold[:, -1] = -1.0 if task != "PushCube" else 1.0
+    if not task.startswith("gym:"):  # the gripper's last action (a gym arm holds still at zero torque)
+        hold[:, -1] = -1.0 if task != "PushCube" else 1.0
     for t in range(3):
         prev = obs
         r = env.step(hold)
@@ -161,7 +166,7 @@ def test_failure_terminates():
     assert r.final_obs["privileged"][1, 9].item() == pytest.approx(0.5, abs=0.01)
 
 
-@pytest.mark.parametrize("task", BOTH + [MW_ONE])
+@pytest.mark.parametrize("task", BOTH + [MW_ONE] + GYM)
 def test_seeding(task):
     a = _make(task, 4)
     obs_a, _ = a.reset(seed=[7, 3, 7, 9])
@@ -177,7 +182,7 @@ def test_seeding(task):
     assert torch.equal(obs_c["privileged"][0], pa[0])  # untouched rows keep their state
 
 
-@pytest.mark.parametrize("task", BOTH + [MW])
+@pytest.mark.parametrize("task", BOTH + [MW] + GYM)
 def test_determinism(task):
     envs = [_make(task, 6, max_episode_steps=4) for _ in range(2)]
     obs = [e.reset(seed=11)[0] for e in envs]
@@ -196,7 +201,7 @@ def test_thread_count_does_not_change_results():
     _assert_obs_equal(*obs)
 
 
-@pytest.mark.parametrize("task", ["PushCube", "PickCube", "ms:PushCube-v1", MW])
+@pytest.mark.parametrize("task", ["PushCube", "PickCube", "ms:PushCube-v1", MW] + GYM)
 def test_chunk_step(task):
     env = _make(task, 3, max_episode_steps=3)
     A = env.spec.action_dim
@@ -215,7 +220,7 @@ def test_chunk_step(task):
     assert env.chunk_step(torch.zeros(3, 2, A)).valid.all()
 
 
-@pytest.mark.parametrize("task", ["Reach", "PlaceCube", "ms:PickCube-v1", MW])
+@pytest.mark.parametrize("task", ["Reach", "PlaceCube", "ms:PickCube-v1", MW] + GYM)
 def test_chunk_equals_steps(task):
     envs = [_make(task, 4) for _ in range(2)]
     for e in envs:
@@ -240,11 +245,11 @@ def _through_storage(state: dict, tmp_path) -> dict:
             **json.loads((tmp_path / "env.json").read_text())}
 
 
-@pytest.mark.parametrize("task", TASKS + [MW])
+@pytest.mark.parametrize("task", TASKS + [MW] + GYM)
 def test_state_dict_round_trip(task, tmp_path):
     a = _make(task, 5, max_episode_steps=4)
     a.reset(seed=21)
-    acts = _actions(5, 14, seed=2)
+    acts = _actions(5, 14, seed=2, dim=a.spec.action_dim)
     for act in acts[:3]:
         a.step(act)
     state = _through_storage(a.state_dict(), tmp_path)
@@ -323,7 +328,7 @@ def test_unknown_task_suggests_the_closest_and_names_every_family():
         make_env("Pushcube", 2)
     msg = str(e.value)
     assert "did you mean 'PushCube'?" in msg and "\n" not in msg
-    assert all(f in msg for f in ("ms:", "libero:", "metaworld:", "multi:", "wm:"))
+    assert all(f in msg for f in ("ms:", "libero:", "metaworld:", "multi:", "wm:", "gym:"))
     with pytest.raises(EnvError, match="unknown task 'FlyToMoon'; allowed") as e:
         make_env("FlyToMoon", 2)
     assert "did you mean" not in str(e.value)
