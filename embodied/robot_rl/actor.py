@@ -65,8 +65,6 @@ class Actor:
             self.env.autoreset = False
         # residual: the frozen VLA's action b per frame (obs["base_action"] [1, A]); the policy is the residual
         self.base = BasePolicy(cfg.residual, cfg.robot.action_dim) if cfg.residual is not None else None
-        if isinstance(env, RobotEnv):  # before the first reset: the robot gives what the policies read
-            self._check_robot(env)
         self.teleop: Teleop | SimOperator | None = None  # the operator: action() or None, before each step
         if cfg.teleop is not None:
             self.teleop = Teleop(self.env.tr, cfg.teleop, cfg.robot.topic(cfg.teleop.topic))
@@ -91,19 +89,14 @@ class Actor:
 
     def _check_robot(self, env: RobotEnv) -> None:
         """RobotMismatch (one line) unless the joint states and every key of obs_key (and the
-        residual VLA's cameras) arrive within robot.reset_timeout_s (at least START_TIMEOUT_S); the
-        robot's transport is closed then."""
+        residual VLA's cameras) arrive (robot_bridge/robot_check.py)."""
         from robot_bridge.robot_check import START_TIMEOUT_S, check_robot_gives
 
         needs = ["state", *obs_keys(self.cfg.obs_key)]
         if self.base is not None:  # the frozen VLA reads its cameras
             needs += [f"rgb_{c}" for c in self.base.vla.config.cameras]
-        try:
-            check_robot_gives(env, needs, max(START_TIMEOUT_S, self.cfg.robot.reset_timeout_s),
-                              who=f"obs_key {self.cfg.obs_key}")
-        except EnvError:
-            env.close()
-            raise
+        check_robot_gives(env, needs, max(START_TIMEOUT_S, self.cfg.robot.reset_timeout_s),
+                          who=f"obs_key {self.cfg.obs_key}")
 
     # ------------------------------------------------------------------ the learner
     def _poll_link(self) -> None:
@@ -333,6 +326,8 @@ class Actor:
         stopping = stoppable("this episode")
         self.stop = stopping.__enter__()
         try:
+            if isinstance(self.env, RobotEnv):  # before the first reset: the robot gives what the policies read
+                self._check_robot(self.env)
             obs, _ = self.env.reset()
             if self.base is not None:
                 self.base.check(obs)  # the VLA's cameras and image size against the robot's: one line
@@ -360,9 +355,15 @@ class Actor:
                     bar.write(f"episode {index + 1}: held-out success {rate:.2f}")
             bar.close()
         except EnvError as e:
+            from robot_bridge.robot_check import RobotMismatch
+
             estop = self.env.safety is not None and self.env.safety.estopped
-            ended, code = ("e-stop", 0) if estop else (str(e).splitlines()[0], 1)
-            log.error("actor: %s", ended) if code else log.warning("actor: e-stop: run ended, episodes recorded")
+            # 2: the robot cannot feed the policy (bad input, found before the first reset)
+            ended, code = ("e-stop", 0) if estop else (str(e).splitlines()[0], 2 if isinstance(e, RobotMismatch) else 1)
+            if code == 1:
+                log.error("actor: %s", ended)
+            elif code == 0:
+                log.warning("actor: e-stop: run ended, episodes recorded")
         finally:
             stopping.__exit__(None, None, None)
             self.link.stop_listening()  # a learner that connected as the run ended still gets

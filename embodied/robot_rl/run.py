@@ -69,12 +69,10 @@ def cmd_finetune_robot(args: argparse.Namespace) -> int:
     try:
         actor = Actor(cfg)
     except (EnvError, FileNotFoundError) as e:
-        from robot_bridge.robot_check import RobotMismatch
-
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         if proc is not None:
             proc.terminate()
-        return 2 if isinstance(e, RobotMismatch) else 1  # 2: the robot cannot feed the policy (bad input)
+        return 1
     if proc is not None:
         actor.learner_alive = proc.is_alive  # lockstep: wait for its first connection while it lives
     try:

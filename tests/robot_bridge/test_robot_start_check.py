@@ -128,9 +128,13 @@ def test_sim2real_robot_and_finetune_robot_refuse(robot, two_camera_policy, tmp_
     cfg = config_from_dict({"run_dir": str(run), "obs_key": "rgb_wrist+state",
                             "robot": {"image_topics": WRIST, "image_size": [16, 16], "transport": "dds",
                                       "reset_timeout_s": 2}})
-    with pytest.raises(robot_check.RobotMismatch) as e:
-        Actor(cfg)
-    _one_line(str(e.value))
+    actor = Actor(cfg)
+    try:
+        summary = actor.run()  # checks before the first reset, ends in one line with exit status 2
+    finally:
+        actor.close()
+    assert summary["exit_code"] == 2 and summary["episodes"] == 0
+    _one_line(summary["ended"])
 
 
 @pytest.mark.scale  # about 20 s of CPU (a twin rendering two cameras, one served episode): `make bench-scale`
