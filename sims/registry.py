@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 
     from sims.vecenv import VecEnv
 
-__all__ = ["Family", "batch_for", "expert_for", "families", "family_of", "list_tasks", "make_env", "task_cycle",
-           "MANISKILL_TASK_NAMES"]
+__all__ = ["Family", "batch_for", "device_kwargs", "expert_for", "families", "family_of", "list_tasks", "make_env",
+           "task_cycle", "MANISKILL_TASK_NAMES"]
 
 
 def __getattr__(name: str) -> Any:
@@ -45,6 +45,13 @@ def batch_for(task: str, episodes: int, cap: int) -> int:
     task runs and each as often (metaworld:MT50, 250 episodes, cap 64: 50 envs)."""
     n, b = task_cycle(task), min(episodes, cap)
     return b if n == 1 else max(n, b - b % n)
+
+
+def device_kwargs(task: str, device: Any) -> dict:
+    """Extra make_env kwargs for building `task` for a torch device (its family's device_kwargs:
+    ManiSkill's physx_cuda on CUDA, physx_cpu otherwise); {} for a family without any."""
+    fam = family_of(task)
+    return fam.device_kwargs(device) if fam.device_kwargs is not None else {}
 
 
 def _check_generic(fam: Family, task: str, kwargs: dict) -> None:

@@ -13,7 +13,7 @@ from embodied.config import EnvConfig, ExperimentConfig, PolicyConfig, config_fr
 from embodied.eval.evaluate import EvalResult, evaluate
 from embodied.run.checkpoint import CheckpointError, load_checkpoint, policy_dir, resolve_checkpoint, save_checkpoint
 from embodied.run.logger import Logger
-from sims.registry import make_env
+from sims.registry import device_kwargs, make_env
 from sims.vecenv import VecEnv
 
 EVAL_SEED_BASE = 1_000_000  # evaluation seeds never overlap training seeds
@@ -23,8 +23,8 @@ def build_env(cfg: EnvConfig, num_envs: int | None = None, device: Any = None) -
     """The env of cfg; with a device (torch.device), ManiSkill tasks run where it is (physx_cuda on
     CUDA, so observations never leave the GPU; physx_cpu on the CPU)."""
     extra = {"cameras": tuple(cfg.cameras)} if cfg.obs_mode == "rgb" else {}
-    if device is not None and cfg.task.startswith("ms:"):
-        extra["sim_backend"] = "physx_cuda" if device.type == "cuda" else "physx_cpu"
+    if device is not None:  # the family's own settings for a device (ManiSkill: physx_cuda on CUDA)
+        extra.update(device_kwargs(cfg.task, device))
     if cfg.backend != "cpu":
         extra["backend"] = cfg.backend
         if device is not None:
