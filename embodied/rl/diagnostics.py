@@ -12,8 +12,9 @@ embodied/rl/train.py); docs/rl.md, "Diagnostics", says what each one means:
     kl_ref_rollout       KL(pi_behaviour || pi_ref) to the reference (the SFT policy), k3 on the
                          sampled actions, before the update
     noise_std            the exploration noise: the geometric mean std of the flow policy's
-                         stochastic transitions (exp of the per-element entropy minus its
-                         constant); entropy_per_element for any policy with log_prob_parts
+                         stochastic transitions, or of the Gaussian policy's actions (exp of the
+                         per-element entropy minus its constant); entropy_per_element for any
+                         policy with log_prob_parts
 
 A key "name/<task>" is the same quantity over that task's samples only.
 """
@@ -117,10 +118,11 @@ def elements_per_sample(replay: dict[str, torch.Tensor], parts: torch.Tensor | N
     return torch.full(parts.shape[:1], per, device=parts.device)
 
 
-def noise_stats(entropy: torch.Tensor, elements: torch.Tensor | None, flow: bool) -> dict[str, torch.Tensor]:
+def noise_stats(entropy: torch.Tensor, elements: torch.Tensor | None, gaussian: bool) -> dict[str, torch.Tensor]:
     """entropy float [N] (summed over a sample's elements), elements float [N] or None ->
-    {"entropy_per_element", and "noise_std" for a flow policy: exp(mean per-element entropy -
-    0.5 log(2 pi e)), the geometric mean of its transitions' stds}, detached scalars."""
+    {"entropy_per_element", and "noise_std" where every element is a Gaussian (the flow VLA's
+    transitions, the MLP / CNN policy's actions): exp(mean per-element entropy - 0.5 log(2 pi e)),
+    the geometric mean of the stds}, detached scalars."""
     if elements is None:
         return {}
     keep = elements > 0
@@ -128,7 +130,7 @@ def noise_stats(entropy: torch.Tensor, elements: torch.Tensor | None, flow: bool
         return {}
     per = (entropy.detach().float()[keep] / elements[keep]).mean()
     out = {"entropy_per_element": per}
-    if flow:
+    if gaussian:
         out["noise_std"] = torch.exp(per - _GAUSS_ENT)
     return out
 

@@ -25,7 +25,6 @@ the loss: the reference's log-probs are computed once per update, at the ratio's
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +36,8 @@ from embodied.rl.algorithms import (action_level_gae, gae, grpo_advantages, grpo
                                     ppo_policy_loss, task_normalized, value_loss)
 from embodied.rl.trajectory import Trajectory
 from embodied.run.device import autocast, module_device, uses_bf16
+from policies.optim import make_optimizer
+from policies.vla.modes import shared_reference
 
 if TYPE_CHECKING:
     from embodied.config import GRPOConfig, PPOConfig
@@ -124,14 +125,15 @@ class PolicyGradientLearner:
         critic = list(policy.critic_parameters())
         if critic:
             groups.append({"params": critic, "lr": cfg.critic_lr, "name": "critic"})
-        self.optimizer = torch.optim.Adam(groups, eps=1e-5)
+        self.optimizer = make_optimizer(groups, cfg.optimizer, eps=1e-5, field="ppo.optimizer")  # policies/optim.py
         # the policy's device; bf16 autocast of its forward for VLAs on CUDA, the losses in float32
         self.device = module_device(policy)
         self.bf16 = uses_bf16(policy, self.device)
         # ppo.kl_ref_coef: the policy as built, frozen (not saved: a resumed run builds it again);
         # ppo.track_ref_kl keeps it to log the KL to it (train/kl_ref_rollout) without a penalty
         keep_ref = cfg.kl_ref_coef > 0 or cfg.track_ref_kl
-        self.reference = copy.deepcopy(policy).requires_grad_(False) if keep_ref else None
+        # (its frozen weights are the policy's own: policies/vla/modes.py shared_reference)
+        self.reference = shared_reference(policy) if keep_ref else None
         self.demos = None  # ppo.bc_coef > 0: a DemoSampler (embodied/rl/demos.py), set by the registry
 
     def optimize(self, traj: Trajectory, advantages: torch.Tensor, returns: torch.Tensor | None,
@@ -251,8 +253,8 @@ class PolicyGradientLearner:
                 epoch_kl.append(st.approx_kl.item())
                 maxes["ratio_max"] = max(maxes.get("ratio_max", 0.0), float(st.ratio_max))
                 replay_mb = {k: v[idx] for k, v in replay.items()}
-                noise = diag.noise_stats(ev.entropy, diag.elements_per_sample(replay_mb, ev.log_prob_parts),
-                                         flow="stochastic" in replay_mb)
+                gaussian = "stochastic" in replay_mb or getattr(policy, "name", "") in ("mlp", "cnn")
+                noise = diag.noise_stats(ev.entropy, diag.elements_per_sample(replay_mb, ev.log_prob_parts), gaussian)
                 for key, val in (("policy_loss", pg_loss), ("value_loss", v_loss),
                                  ("entropy", ev.entropy.mean()), ("approx_kl", st.approx_kl),
                                  ("clip_fraction", st.clip_fraction), ("ratio", st.ratio_mean),

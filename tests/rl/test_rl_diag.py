@@ -71,11 +71,11 @@ def test_noise_std_of_a_flow_policy_is_its_transitions_std():
     entropy = torch.tensor([12 * ent_el(0.35), 4 * ent_el(0.35)])
     elements = diag.elements_per_sample({"stochastic": stochastic}, parts)
     assert elements.tolist() == [12.0, 4.0]
-    out = diag.noise_stats(entropy, elements, flow=True)
+    out = diag.noise_stats(entropy, elements, gaussian=True)
     assert out["noise_std"].item() == pytest.approx(0.35, rel=1e-5)
-    mixed = diag.noise_stats(torch.tensor([12 * ent_el(0.35), 4 * ent_el(0.2)]), elements, flow=True)
+    mixed = diag.noise_stats(torch.tensor([12 * ent_el(0.35), 4 * ent_el(0.2)]), elements, gaussian=True)
     assert mixed["noise_std"].item() == pytest.approx(math.sqrt(0.35 * 0.2), rel=1e-5)  # geometric mean
-    assert "noise_std" not in diag.noise_stats(entropy, elements, flow=False)
+    assert "noise_std" not in diag.noise_stats(entropy, elements, gaussian=False)
 
 
 def test_learner_ratio_and_reference_kl_per_task_by_hand():

@@ -1,0 +1,115 @@
+"""The budget ladder of multi-task RL on MetaWorld MT10 from state: SFT -> RL at several env-step
+budgets and seeds, with per-task curves.
+
+For every seed s: expert demos of metaworld:MT10@goal (DART noise, seeded by s; the privileged
+observation holds the task's one-hot), behaviour cloning of the MLP policy on them (the SFT
+start, `python -m embodied.imitation.bc`), then one RL run per budget from that start
+(`--config`, train.total_steps = budget, train.seed = s; the demos are its ppo.bc_dataset).
+Demos and SFT are reused when already in --out; a finished RL run (its summary.json) too.
+
+    python benchmarks/bench_rl_ladder.py --budgets 100000,300000,1000000,3000000 --seeds 0,1,2
+    python benchmarks/bench_rl_ladder.py --budgets 100000 --seeds 0 --config configs/rl/rl_mt10_state_grpo_mlp.yaml
+
+Writes <out>/results.json (per run: SFT success, the evaluation curve, per task at the start and
+at the end, minutes) and prints a table: SFT and RL success per budget, mean +- the 95%
+t-interval over seeds, and the lift. Long: 3M env steps from state are hours on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+TASK = "metaworld:MT10@goal"
+
+
+def mean_ci(xs: list[float]) -> tuple[float, float]:
+    """(mean, half-width of the 95% t-interval; nan for one value)."""
+    m = statistics.fmean(xs)
+    if len(xs) < 2:
+        return m, float("nan")
+    return m, T_975.get(len(xs) - 1, 1.96) * statistics.stdev(xs) / math.sqrt(len(xs))
+
+
+def sft_start(seed: int, out: Path, demos: int, noise: float, bc_steps: int) -> tuple[Path, Path]:
+    """(demos dataset, BC policy directory) of one seed, made once."""
+    from embodied.data.collect import collect_demos
+
+    data = out / f"demos_s{seed}"
+    if not (data / "meta" / "info.json").is_file():
+        collect_demos(TASK, demos, data, seed=100_000 * (seed + 1), obs_mode="state", noise=noise)
+    bc = out / f"bc_s{seed}"
+    if not (bc / "config.json").is_file():
+        subprocess.run([sys.executable, "-m", "embodied.imitation.bc", str(data), "--out", str(bc),
+                        "--steps", str(bc_steps), "--seed", str(seed)], check=True, cwd=ROOT)
+    return data, bc
+
+
+def rl_run(config: str, budget: int, seed: int, data: Path, bc: Path, out: Path, overrides: list[str]) -> dict:
+    """One RL run (reused if its summary exists): SFT and final success, the curves, minutes."""
+    run = out / f"rl_{budget}_s{seed}"
+    done = run / "summary.json"
+    if done.is_file():
+        return json.loads(done.read_text())
+    cmd = [sys.executable, "-m", "embodied.cli", "train", config, f"policy.init_from={bc}",
+           f"ppo.bc_dataset={data}", f"train.total_steps={budget}", f"train.seed={seed}",
+           f"train.run_dir={run}", "train.progress=false", *overrides]
+    t0 = time.time()
+    subprocess.run(cmd, check=True, cwd=ROOT)
+    from embodied.run.checkpoint import load_checkpoint, resolve_checkpoint
+
+    _, meta, _ = load_checkpoint(resolve_checkpoint(run))
+    s = meta["summary"]
+    res = {"budget": budget, "seed": seed, "sft": s["success_before"], "rl": s.get("success_after"),
+           "curve": s.get("eval_curve", []), "per_task": s.get("eval_per_task", []),
+           "minutes": (time.time() - t0) / 60, "command": " ".join(cmd[2:])}
+    done.write_text(json.dumps(res, indent=1))
+    return res
+
+
+def table(results: list[dict]) -> str:
+    rows = ["| budget (env steps) | seeds | SFT | after RL | lift |", "| --- | --- | --- | --- | --- |"]
+    for budget in sorted({r["budget"] for r in results}):
+        rs = [r for r in results if r["budget"] == budget and r["rl"] is not None]
+        if not rs:
+            continue
+        cells = [mean_ci([r[k] for r in rs]) for k in ("sft", "rl")] + [mean_ci([r["rl"] - r["sft"] for r in rs])]
+        rows.append(f"| {budget:,} | {len(rs)} | " + " | ".join(f"{m:.2f} +- {h:.2f}" for m, h in cells) + " |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--budgets", default="100000,300000,1000000,3000000")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--config", default="configs/rl/rl_mt10_state_grpo_mlp_dynamic.yaml")
+    ap.add_argument("--demos", type=int, default=500)
+    ap.add_argument("--noise", type=float, default=0.3, help="DART noise of the demos")
+    ap.add_argument("--bc-steps", type=int, default=3000)
+    ap.add_argument("--set", nargs="*", default=[], help="overrides for every RL run, e.g. env.num_envs=80")
+    ap.add_argument("--out", default="runs/bench_rl_ladder")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for seed in map(int, args.seeds.split(",")):
+        data, bc = sft_start(seed, out, args.demos, args.noise, args.bc_steps)
+        for budget in map(int, args.budgets.split(",")):
+            r = rl_run(args.config, budget, seed, data, bc, out, args.set)
+            results.append(r)
+            print(f"seed {seed} budget {budget}: {r['sft']:.2f} -> {r['rl']:.2f} ({r['minutes']:.1f} min)", flush=True)
+            (out / "results.json").write_text(json.dumps({"config": args.config, "runs": results}, indent=1))
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()
