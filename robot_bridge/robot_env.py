@@ -148,7 +148,7 @@ class RobotEnv(VecEnv):
             left = end - time.monotonic()
             got = self._js.wait_newer(seq, left) if left > 0 else None
             if got is None:
-                raise EnvError(f"robot: no new {self.cfg.topic(self.cfg.joint_states_topic)} within "
+                raise EnvError(f"robot: no new {self._js.topic} within "
                                f"{self.cfg.obs_timeout_s:.1f} s (is the robot driver running on this domain?)"
                                + _dropped(self._js))
             latest, seq = got, got.seq
@@ -216,7 +216,7 @@ class RobotEnv(VecEnv):
             acked = time.monotonic()
         js = self._js.wait_after(acked, c.obs_timeout_s)
         if js is None:
-            raise EnvError(f"robot: no {c.topic(c.joint_states_topic)} after reset within {c.obs_timeout_s:.1f} s"
+            raise EnvError(f"robot: no {self._js.topic} after reset within {c.obs_timeout_s:.1f} s"
                            + _dropped(self._js))
         self.st.grip = self.st.gripper_now(js.msg)
         if c.interface == "pose_target" and c.ee_orientation is None:  # pose targets keep this orientation
@@ -290,9 +290,8 @@ class RobotEnv(VecEnv):
             if self.safety.estopped:
                 raise EnvError("robot: e-stop engaged; no further commands (clear it on the robot, then restart)")
             if time.monotonic() > end:
-                topic = self.cfg.ee_pose_topic if self._on_pose else self.cfg.joint_states_topic
                 raise EnvError(f"robot: observations stale for {self.cfg.obs_timeout_s:.1f} s on "
-                               f"{self.cfg.topic(topic)}; commanding stopped")
+                               f"{self._js.topic}; commanding stopped")
             self._js.wait_newer(js.seq if js else 0, 1.0 / self.cfg.control_hz)
         if self.safety.estopped:  # an e-stop that arrived while filtering
             self.hold(True)
@@ -377,8 +376,7 @@ class RobotEnv(VecEnv):
         time.sleep(max(0.0, done - time.monotonic()))
         js = self._js.wait_after(done, self.cfg.obs_timeout_s) if self.cfg.sync else self._js.latest()
         if js is None:
-            topic = self.cfg.ee_pose_topic if self._on_pose else self.cfg.joint_states_topic
-            raise EnvError(f"robot: no new {self.cfg.topic(topic)} within {self.cfg.obs_timeout_s:.1f} s after "
+            raise EnvError(f"robot: no new {self._js.topic} within {self.cfg.obs_timeout_s:.1f} s after "
                            f"the trajectory (is the robot driver running on this domain?)" + _dropped(self._js))
         res = self._finish(js, sent)
         k = sent - 1
