@@ -129,8 +129,26 @@ class ScriptedOperator:
         self.tr.close()
 
 
+def check_arguments(args: argparse.Namespace) -> None:
+    """One line naming the bad option and what is allowed (the CLI exits 2 on EnvError)."""
+    from sims.vecenv import EnvError
+
+    for name, value, ok, allowed in (("--window", args.window, args.window >= 1, "an integer >= 1"),
+                                     ("--takeover", args.takeover, args.takeover >= 1, "an integer >= 1"),
+                                     ("--min-progress", args.min_progress, args.min_progress >= 0, "metres >= 0"),
+                                     ("--domain-id", args.domain_id, args.domain_id is None or 0 <= args.domain_id <= 232,
+                                      "0..232")):
+        if not ok:
+            raise EnvError(f"{name}: {value} is not allowed; allowed: {allowed}")
+
+
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    check_arguments(args)
+    if not log.handlers:  # this node's lines on stderr, not every library's INFO logging
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
     op = ScriptedOperator(OperatorConfig(task=args.task, namespace=args.namespace, window=args.window,
                                          min_progress=args.min_progress, takeover=args.takeover,
                                          transport=args.transport, domain_id=args.domain_id))

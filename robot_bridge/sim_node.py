@@ -322,7 +322,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def run(args: argparse.Namespace) -> int:
     """`embodied robot-sim`: serve until SIGINT/SIGTERM."""
     if args.rate <= 0:
-        raise SystemExit("embodied robot-sim: error: --rate: must be > 0")
+        print(f"embodied robot-sim: error: --rate: {args.rate} is not allowed; allowed: > 0 (Hz)", file=sys.stderr)
+        return 2
     cfg = SimNodeConfig(task=args.task, rate_hz=args.rate, image_size=args.image_size, camera=args.camera,
                         namespace=args.namespace, seed=args.seed, free_run=args.free_run,
                         transport=args.transport, domain_id=args.domain_id,

@@ -1,19 +1,23 @@
 """Every command with corrupted inputs (issue 37): truncated or garbled checkpoints, policies,
-world models and configs; checkpoints, datasets and envs of the wrong task or modality;
-signals mid-run. Each case must end in one line on stderr and exit 2 (130 / 143 for a
-signal), and write nothing outside the run it names (a failed command leaves no new
-directory at all)."""
+world models and configs; checkpoints, datasets and envs of the wrong task or modality; bad
+options of the robot-side commands and the pipeline; signals mid-run. Each case runs as a user
+runs it, `python -m embodied.cli ...` in a process of its own, started in an empty working
+directory with an empty HOME: it must end in one line on stderr and exit 2 (130 / 143 for a
+signal), and write nothing outside the run it names (a failed command leaves no new directory
+at all, the working directory and HOME stay empty)."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from cli_run import signal_when_ready
+from cli_run import CLI, ROOT, cli_env, signal_when_ready
 
 from embodied.cli import main
 
@@ -127,20 +131,36 @@ CASES = [
                                              ["report", str(w / "rep")])[2], ["results.json"]),
     ("finetune-robot/no-demos", lambda i, w: ["finetune-robot", "finetune_reach_sim", f"run_dir={w / 'ft'}",
                                               f"demos={w / 'none'}"], ["demos"]),
+    ("robot-sim/unknown-task", lambda i, w: ["robot-sim", "Reech"], ["'Reech'", "allowed"]),
+    ("robot-sim/rate-zero", lambda i, w: ["robot-sim", "Reach", "--rate", "0"], ["--rate"]),
+    ("robot-operator/unknown-task", lambda i, w: ["robot-operator", "Reech"], ["'Reech'", "allowed"]),
+    ("robot-operator/window-zero", lambda i, w: ["robot-operator", "Reach", "--window", "0"], ["--window", ">= 1"]),
+    ("pipeline/config-garbled", lambda i, w: ((w / "p.yaml").write_text("{not yaml: ["), ["pipeline", str(w / "p.yaml")])[1],
+     ["p.yaml", "YAML"]),
+    ("pipeline/unknown-key", lambda i, w: ["pipeline", "demo", "rl.train.total_stepz=5"], ["total_stepz", "allowed"]),
 ]
 
 
+def _as_user(argv: list[str]) -> list[str]:
+    """The repository's config paths made absolute: the command runs in an empty directory."""
+    return [str(ROOT / a) if a.startswith("configs/") else a for a in argv]
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_corrupted_input_is_one_line_and_exit_2(inputs, tmp_path, capsys, case):
+def test_corrupted_input_is_one_line_and_exit_2(inputs, tmp_path, case):
     name, prepare, words = case
-    argv = prepare(inputs, tmp_path)
+    argv = _as_user(prepare(inputs, tmp_path))
+    cwd, home = tmp_path / "cwd", tmp_path / "home"
+    cwd.mkdir()
+    home.mkdir()
     before, inputs_before = _tree(tmp_path), _tree(inputs)
-    capsys.readouterr()
-    code = main(argv)
-    err = capsys.readouterr().err.strip()
-    assert code == 2, (name, code, err)
+    p = subprocess.run(CLI + argv, cwd=cwd, env={**cli_env(), "HOME": str(home)}, capture_output=True, text=True,
+                       timeout=120)
+    err = p.stderr.strip()
+    assert p.returncode == 2, (name, p.returncode, err[-2000:])
     lines = err.splitlines()
     assert len(lines) == 1 and "Traceback" not in err, err
+    assert re.match(rf"embodied {re.escape(argv[0])}: error: ", lines[0]), lines[0]
     for w in words:
         assert w in lines[0], (name, lines[0])
     assert _tree(tmp_path) == before, f"{name} wrote {set(_tree(tmp_path)) - set(before)}"
@@ -173,7 +193,8 @@ def test_signal_mid_sim2real_keeps_the_finished_conditions(inputs, tmp_path):
                                  "4", "--sweep", str(sweep), "--no-videos", "--out", str(out)],
                                 lambda: log.is_file() and "friction=0.5" in log.read_text(), signal.SIGTERM, tmp_path)
     last = err.strip().splitlines()[-1]
-    assert code == 143 and "stopped by SIGTERM; kept " in last and "continue with: embodied sim2real" in last, err
+    assert code == 143 and "stopped by SIGTERM; kept " in last, err
+    assert re.search(r"; continue with: \S+ -m embodied(\.cli)? sim2real ", last), last
     results = json.loads((out / "results.json").read_text())
     assert 8 <= len(results["episodes"]) < 4 * 31 and (out / "report.md").read_text().startswith("# Sim-to-real")
 
@@ -188,7 +209,7 @@ def test_signal_mid_finetune_robot_keeps_the_episodes(inputs, tmp_path):
                                 signal.SIGINT, tmp_path)
     last = err.strip().splitlines()[-1]
     assert code == 130 and "stopped by SIGINT; kept " in last and "episodes and policy version" in last, err[-3000:]
-    assert "continue with: embodied finetune-robot finetune_reach_sim" in last
+    assert re.search(r"; continue with: \S+ -m embodied(\.cli)? finetune-robot finetune_reach_sim", last), last
     rows = [json.loads(x) for x in progress.read_text().splitlines()]
     kept = int(last.split("kept ", 1)[1].split(" ", 1)[0])
     assert kept == sum(r["kind"] == "episode" for r in rows) >= 1

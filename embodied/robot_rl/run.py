@@ -47,7 +47,7 @@ def cmd_finetune_robot(args: argparse.Namespace) -> int:
 
                 classifier_for_robot(cfg.reward_classifier, cfg.robot)  # a mismatch: one line, before anything runs
     except (FinetuneConfigError, EnvError, ValueError) as e:
-        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+        print(f"embodied finetune-robot: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     if args.role == "init":
         print(json.dumps({"policy": f"{cfg.run_dir}/policy.safetensors"}))
@@ -56,7 +56,7 @@ def cmd_finetune_robot(args: argparse.Namespace) -> int:
         try:
             why = _run_learner(cfg)
         except TimeoutError as e:
-            print(f"error: {e}", file=sys.stderr)
+            print(f"embodied finetune-robot: error: {e}", file=sys.stderr)
             return 1
         print(json.dumps({"learner": why}))
         return 0
@@ -69,7 +69,7 @@ def cmd_finetune_robot(args: argparse.Namespace) -> int:
     try:
         actor = Actor(cfg)
     except (EnvError, FileNotFoundError) as e:
-        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+        print(f"embodied finetune-robot: error: {str(e).splitlines()[0]}", file=sys.stderr)
         if proc is not None:
             proc.terminate()
         return 1
@@ -88,7 +88,7 @@ def cmd_finetune_robot(args: argparse.Namespace) -> int:
         raise Stopped(summary["exit_code"] - 128, f"{summary['episodes']} episodes and policy version "
                       f"{summary['version']} in {cfg.run_dir}", command_line())
     if summary["exit_code"]:
-        print(f"error: {summary['ended']}", file=sys.stderr)
+        print(f"embodied finetune-robot: error: {summary['ended']}", file=sys.stderr)
     return summary["exit_code"]
 
 

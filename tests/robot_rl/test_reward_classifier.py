@@ -120,7 +120,7 @@ def test_image_classifier_and_a_camera_mismatch_is_one_line(recorded, tmp_path, 
                                    "init": {"weights": str(recorded / "policy.safetensors")}}))
     assert main(["finetune-robot", str(cfg), "--role", "actor"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: reward_classifier: reads 'rgb_front'"), err
+    assert len(err) == 1 and err[0].startswith("embodied finetune-robot: error: reward_classifier: reads 'rgb_front'"), err
 
 
 def test_reward_train_errors_are_one_line(recorded, tmp_path, capsys):

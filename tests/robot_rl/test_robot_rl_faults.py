@@ -182,7 +182,7 @@ def test_twin_killed_gives_one_line_and_the_episodes_stay(world):
     world["twin"].send_signal(signal.SIGKILL)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 1
-    err = [x for x in (world["tmp"] / "all1.log").read_text().splitlines() if x.startswith("error:")]
+    err = [x for x in (world["tmp"] / "all1.log").read_text().splitlines() if x.startswith("embodied finetune-robot: error:")]
     assert len(err) == 1 and "robot: " in err[0], err
     eps = list(read_episodes(run / "online"))
     assert len(eps) >= 2 and all(len(e["action"]) >= 1 for e in eps)

@@ -103,6 +103,6 @@ def test_finetune_robot_finds_a_config_by_its_name_in_configs(capsys):
     from embodied.cli import main
 
     assert main(["finetune-robot", "finetune_reach_sim", "nope=1", "--role", "init"]) == 2
-    assert capsys.readouterr().err.strip() == "error: nope: unknown key; allowed: " + ", ".join(sorted(
+    assert capsys.readouterr().err.strip() == "embodied finetune-robot: error: nope: unknown key; allowed: " + ", ".join(sorted(
         ["actor", "demos", "init", "labels", "learner", "obs_key", "residual", "reward_classifier", "robot",
          "run_dir", "sac", "sim", "teleop"]))
