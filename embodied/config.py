@@ -63,6 +63,8 @@ class PolicyConfig:
     critic_obs: Literal["prefix", "privileged"] | None = None  # a fresh VLA value head on this input
     freeze: Literal["none", "vision", "vlm"] = "none"  # VLAs: weights RL leaves alone (vlm: flow only)
     lora_rank: int = 0  # VLAs: > 0 trains rank-r adapters on the prefix's attention instead of the prefix (docs/vla.md)
+    frozen_dtype: Literal["float32", "bfloat16"] = "float32"  # VLAs: the frozen weights' dtype (docs/vla.md, training modes)
+    checkpointing: bool = False  # VLAs: recompute the vision tower's, LM's and expert's activations in the backward
 
 
 @dataclass
@@ -98,6 +100,9 @@ class PPOConfig:
     # old log-probs from the learner's own forward, not the rollout's; None: true exactly when
     # train.max_staleness >= 1 (a stale behaviour policy learned less: docs/distributed.md)
     recompute_log_probs: bool | None = None
+    # the optimiser's state (policies/optim.py): adam (float32 moments), adam_fused (the same, one kernel),
+    # adam_8bit (bitsandbytes' 8-bit moments, about 2 bytes per trained parameter instead of 8)
+    optimizer: Literal["adam", "adam_fused", "adam_8bit"] = "adam"
     # keep the reference (the policy the run started from) to log KL(pi || pi_ref) of every update
     # (train/kl_ref_rollout) even without a penalty; false: no copy, no extra forward (docs/rl.md)
     track_ref_kl: bool = True

@@ -201,3 +201,22 @@ def summary_line(parts: dict[str, float]) -> str:
             f"{parts['gradients'] / GiB:.2f}, optimiser {parts['optimizer'] / GiB:.2f}, reference "
             f"{parts['reference'] / GiB:.2f}, step activations {acts / GiB:.2f}, act {parts['rollout_act'] / GiB:.2f}; "
             f"{parts['trainable_params'] / 1e6:.1f} M of {parts['params'] / 1e6:.1f} M parameters train)")
+
+
+RL_KNOBS = ("policy.freeze=vlm or policy.lora_rank, policy.frozen_dtype=bfloat16, policy.checkpointing=true, "
+            "ppo.optimizer=adam_8bit, or a smaller minibatch (env.num_envs, ppo.minibatches)")
+
+
+def check_device(plan: Plan, policy: Any, device: Any, what: str = "run", knobs: str = RL_KNOBS) -> str:
+    """One line with the predicted peak of training the built `policy` under `plan` on `device`;
+    MemoryError (one line, naming the settings that shrink it) when it cannot fit: above a CUDA
+    device's total memory, or on a CPU above the RAM available now plus the weights that `policy`
+    already holds there."""
+    parts = predict(policy.name, policy.config, plan, policy=policy)
+    have, where = device_bytes(device)
+    if torch.device(device).type == "cpu":
+        have += parts["weights"]
+    line = f"memory: {summary_line(parts)}; {where}: {have / GiB:.1f} GiB"
+    if parts["total"] > have:
+        raise MemoryError(f"{line}: this {what} does not fit; shrink it with {knobs} (docs/vla.md, training modes)")
+    return line

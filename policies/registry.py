@@ -75,14 +75,12 @@ def build_vla(cfg: Any, spec: Any, per_action_value: bool = False) -> Policy:
     if cfg.lora_rank and policy.config.lora_rank not in (0, cfg.lora_rank):
         raise PolicyLoadError(f"policy.lora_rank: {cfg.init_from} already holds rank-{policy.config.lora_rank} "
                               f"adapters, not {cfg.lora_rank}")
-    if cfg.lora_rank and not policy.config.lora_rank:  # adapters on the prefix, the rest of it frozen
-        from policies.vla.lora import apply_lora
+    from policies.vla.modes import ModeError, apply_modes
 
-        apply_lora(policy.prefix, cfg.lora_rank)
-        policy.config.lora_rank = cfg.lora_rank
-    frozen = {"none": [], "vision": [policy.prefix.vision, policy.prefix.projector], "vlm": [policy.prefix]}
-    for module in frozen[cfg.freeze]:
-        module.requires_grad_(False)
+    try:  # adapters on the prefix, frozen modules, their dtype, checkpointing (docs/vla.md, training modes)
+        apply_modes(policy, cfg.freeze, cfg.lora_rank, cfg.frozen_dtype, cfg.checkpointing)
+    except ModeError as e:
+        raise PolicyLoadError(f"policy.{e}") from None
     missing = [c for c in policy.config.cameras if c not in spec.cameras]
     if missing:
         raise PolicyLoadError(f"env.cameras: the policy reads cameras {policy.config.cameras}; the env renders "

@@ -6,7 +6,7 @@ The dataset is any torch Dataset whose items are dicts with "rgb_<cam>" uint8 [H
 {...}}) for the policy's normalisation buffers.
 
 The loop, top to bottom: batch -> policy.sft_loss (optional bf16 autocast) -> backward ->
-clip -> AdamW step -> warm-up + cosine learning rate; every `eval_every` steps a seeded
+clip -> AdamW step (`optimizer`: policies/optim.py) -> warm-up + cosine learning rate; every `eval_every` steps a seeded
 evaluation in the simulator (embodied.eval.evaluate.evaluate); every `save_every` steps a
 save_pretrained directory written atomically (tmp dir + rename); TensorBoard scalars
 under sft/ and eval/.
@@ -66,6 +66,14 @@ class SFTConfig:
     # `train.device=...` is the same key, as `embodied train` spells it
     device: str = "auto"
     progress: bool = True  # a progress bar with the loss
+    # training modes (docs/vla.md, "Training modes"): what trains (freeze: none, vision, vlm (flow
+    # only); lora_rank > 0: adapters on the prefix), the frozen weights' dtype, activation
+    # checkpointing, the optimiser's state (policies/optim.py)
+    freeze: Literal["none", "vision", "vlm"] = "none"
+    lora_rank: int = 0
+    frozen_dtype: Literal["float32", "bfloat16"] = "float32"
+    checkpointing: bool = False
+    optimizer: Literal["adam", "adam_fused", "adam_8bit"] = "adam"
 
 
 def load_sft_config(path: str | Path, overrides: list[str] = ()) -> SFTConfig:
@@ -109,6 +117,12 @@ def build_policy(cfg: SFTConfig, stats: dict[str, Any] | None = None) -> Any:
     policy.config.execute_steps = cfg.execute_steps
     if stats is not None and not cfg.init_from:
         policy.set_stats(stats)
+    from policies.vla.modes import ModeError, apply_modes
+
+    try:
+        apply_modes(policy, cfg.freeze, cfg.lora_rank, cfg.frozen_dtype, cfg.checkpointing)
+    except ModeError as e:
+        raise ConfigError(str(e)) from None
     return policy
 
 
@@ -163,7 +177,21 @@ def train_sft(policy: Any, dataset: Dataset, cfg: SFTConfig, eval_env: Any = Non
         raise ConfigError(f"batch_size: {cfg.batch_size} is larger than the dataset ({len(dataset)} items)")
     writer = SummaryWriter(str(run / "tb"))
     params = [p for p in policy.actor_parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    bf16 = device.type == "cuda" if cfg.bf16 is None else cfg.bf16
+    if hasattr(policy, "prefix") and policy.name in ("flow_vla", "ar_vla"):  # the predicted peak (policies/memory.py)
+        from policies.memory import Plan, check_device
+
+        plan = Plan(step="sft", batch=cfg.batch_size, freeze=cfg.freeze, lora_rank=cfg.lora_rank,
+                    frozen_dtype=cfg.frozen_dtype, checkpointing=cfg.checkpointing, optimizer=cfg.optimizer,
+                    autocast_bf16=bf16 and device.type == "cuda")
+        try:
+            log(check_device(plan, policy, device, "SFT run", "freeze=vlm or lora_rank, frozen_dtype=bfloat16, "
+                             "checkpointing=true, optimizer=adam_8bit, or a smaller batch_size"))
+        except MemoryError as e:
+            raise ConfigError(str(e)) from None
+    from policies.optim import make_optimizer
+
+    opt = make_optimizer(params, cfg.optimizer, lr=cfg.lr, weight_decay=cfg.weight_decay)
     t0 = time.perf_counter()
     budget_s = 60.0 * cfg.max_minutes
 

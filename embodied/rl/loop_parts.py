@@ -122,6 +122,30 @@ def preflight(cfg: ExperimentConfig, eval_env: VecEnv, seeds: list[int]) -> int:
     return cfg.train.video_episodes
 
 
+def memory_preflight(cfg: ExperimentConfig, policy: Any, device: Any, spec: Any) -> None:
+    """A VLA's predicted peak memory for this run (policies/memory.py), said in one line before the
+    learner is built; ConfigError (exit 2) when it cannot fit the device. The minibatch: PPO's
+    rollout_steps x num_envs / minibatches; GRPO's longest episodes (the env's time limit in
+    policy steps) x num_envs / minibatches."""
+    if not getattr(policy, "is_vla", False) or policy.name not in ("flow_vla", "ar_vla"):
+        return
+    import torch
+
+    from embodied.config_loader import ConfigError
+    from policies.memory import Plan, check_device
+
+    env, p = cfg.env, cfg.ppo
+    steps = p.rollout_steps if cfg.train.algorithm != "grpo" else -(-spec.max_episode_steps // policy.config.executed_len)
+    plan = Plan(step="rl", batch=max(1, steps * env.num_envs // p.minibatches), act_batch=env.num_envs,
+                freeze=cfg.policy.freeze, lora_rank=cfg.policy.lora_rank, frozen_dtype=cfg.policy.frozen_dtype,
+                checkpointing=cfg.policy.checkpointing, optimizer=p.optimizer,
+                kl_reference=p.kl_ref_coef > 0 or p.track_ref_kl, autocast_bf16=torch.device(device).type == "cuda")
+    try:
+        print(check_device(plan, policy, device), file=sys.stderr)
+    except MemoryError as e:
+        raise ConfigError(str(e)) from None
+
+
 def load_trained(path: str | Path, overrides: list[str] = ()) -> tuple[Path, ExperimentConfig, Any]:
     """(checkpoint dir, its config with overrides, its policy in eval mode) of what `embodied eval`,
     `serve`, `sim2real` and `collect --policy` replay: a checkpoint, a checkpoints/ folder or a run

@@ -11,7 +11,7 @@ import torch
 from embodied.config import ExperimentConfig
 from embodied.eval.evaluate import EvalResult, evaluate
 from embodied.rl.diagnostics import per_task_line, summary_line
-from embodied.rl.loop_parts import build_env, end_iteration, eval_seeds, preflight, save_iteration
+from embodied.rl.loop_parts import build_env, end_iteration, eval_seeds, memory_preflight, preflight, save_iteration
 from embodied.rl.registry import algorithm
 from embodied.run.checkpoint import load_checkpoint
 from embodied.run.logger import Logger
@@ -49,6 +49,7 @@ def train(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, 
 
     env = build_env(cfg.env, device=device)
     policy = build_policy(cfg.policy, env.spec, per_action_value=cfg.ppo.reward_level == "action").to(device)
+    memory_preflight(cfg, policy, device, env.spec)  # a VLA's predicted peak; refused if it cannot fit
     collector, learner = build_algorithm(cfg, env, policy)
     eval_env = build_env(cfg.env, batch_for(cfg.env.task, tc.eval_episodes, 64), device=device)
     seeds = eval_seeds(tc.eval_episodes)
