@@ -88,9 +88,12 @@ def test_serve_refuses_a_robot_without_the_wrist_camera(robot, two_camera_policy
     errors = [x for x in out.stderr.splitlines() if "error:" in x]
     assert len(errors) == 1 and errors[0].startswith("embodied serve: error: robot: checkpoint "), out.stderr
     _one_line(errors[0])
-    out = subprocess.run([str(JAZZY / "python"), "-m", "embodied", "serve", "--help"], cwd=tmp_path, env=robot,
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0 and "--transport" in out.stdout, out.stderr[-2000:]
+    kilted = ROOT / ".venv-ros-kilted" / "bin" / "embodied"  # the other side venv's command, and python -m
+    for argv in ([str(JAZZY / "python"), "-m", "embodied"], [str(kilted)] if kilted.exists() else []):
+        if argv:
+            out = subprocess.run([*argv, "serve", "--help"], cwd=tmp_path, env=robot, capture_output=True,
+                                 text=True, timeout=60)
+            assert out.returncode == 0 and "--transport" in out.stdout, out.stderr[-2000:]
 
 
 def test_sim2real_robot_and_finetune_robot_refuse(robot, two_camera_policy, tmp_path, monkeypatch):
