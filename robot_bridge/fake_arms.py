@@ -182,6 +182,7 @@ class FakeArms:
 
 def main(argv: list[str] | None = None) -> int:
     import rclpy
+    from rclpy.executors import ExternalShutdownException
 
     p = argparse.ArgumentParser(prog="python -m robot_bridge.fake_arms")
     p.add_argument("--prefix", action="append", default=None, help="serve the four arms under this prefix (repeatable)")
@@ -193,8 +194,11 @@ def main(argv: list[str] | None = None) -> int:
         sets = {pre: FakeArms(node, pre) for pre in (args.prefix or [""])}
         print("fake_arms ready", flush=True)
         end = time.monotonic() + args.seconds
-        while time.monotonic() < end and not select.select([sys.stdin], [], [], 0)[0]:
-            rclpy.spin_once(node, timeout_sec=0.005)
+        try:  # until stdin closes, --seconds pass, or Ctrl-C / SIGTERM
+            while time.monotonic() < end and not select.select([sys.stdin], [], [], 0)[0]:
+                rclpy.spin_once(node, timeout_sec=0.005)
+        except (KeyboardInterrupt, ExternalShutdownException):
+            pass
         out = {"rmw": rclpy.utilities.get_rmw_implementation_identifier(),
                **{pre: arms.summary() for pre, arms in sets.items()}}
         node.destroy_node()
