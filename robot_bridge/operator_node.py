@@ -154,6 +154,8 @@ def run(args: argparse.Namespace) -> int:
                                          transport=args.transport, domain_id=args.domain_id))
     for sig in (signal.SIGTERM, signal.SIGINT):  # end the spin loop between frames, not inside a publish
         signal.signal(sig, lambda *_: op.stop.set())
+    log.info("robot-operator: %s's expert on domain %s (%s), teleop topic %s", args.task, op.tr.domain_id,
+             op.tr.name, op.cfg.topic(op.cfg.teleop_topic))
     try:
         op.spin()
     except KeyboardInterrupt:

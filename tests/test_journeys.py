@@ -85,10 +85,16 @@ def test_readme_rows_chain(tmp_path, monkeypatch, dds_env):
                 if argv[0] in STANDALONE:
                     continue
                 if argv[0] in SERVERS:
-                    log = (tmp_path / f"{argv[0]}.log").open("w")
-                    servers.append(subprocess.Popen(CLI + argv, cwd=tmp_path, env=env, stdout=log,
-                                                    stderr=subprocess.STDOUT))
-                    time.sleep(3)
+                    log = tmp_path / f"{argv[0]}.log"
+                    with log.open("w") as out:
+                        servers.append(subprocess.Popen(CLI + argv, cwd=tmp_path, env=env, stdout=out,
+                                                        stderr=subprocess.STDOUT))
+                    ready = f"{argv[0]}: {argv[1]}"  # its first line: "robot-sim: Reach on domain ..."
+                    t0 = time.monotonic()
+                    while ready not in log.read_text():
+                        assert servers[-1].poll() is None, f"{argv} ended: {log.read_text()[-3000:]}"
+                        assert time.monotonic() - t0 < 60, f"{argv} not up in 60 s: {log.read_text()[-3000:]}"
+                        time.sleep(0.2)
                     continue
                 argv = small(argv)
                 if argv[0] in ("serve", "finetune-robot"):  # a separate process, as a user's second shell
@@ -108,6 +114,11 @@ def test_readme_rows_chain(tmp_path, monkeypatch, dds_env):
                     log = tmp_path / f"{p.args[len(CLI)]}.log"
                     raise AssertionError(f"{p.args[len(CLI):]} still running 30 s after SIGINT; its log ends: "
                                          f"{log.read_text()[-6000:]!r}") from None
+                text = (tmp_path / f"{p.args[len(CLI)]}.log").read_text()  # a clean end, nothing dropped aloud
+                assert p.returncode == 0 and "Traceback" not in text and "error" not in text.lower(), \
+                    (p.args[len(CLI):], p.returncode, text[-3000:])
+                if p.args[len(CLI)] == "robot-operator":
+                    assert re.search(r"robot-operator: \d+ takeovers\s*$", text), text[-3000:]
             servers = []
     finally:
         for p in servers:

@@ -246,6 +246,56 @@ def sim_to_real(t: Tally, conditions: dict) -> list[str]:
                    *_table(["checkpoint", "task", "sim (nominal)", "robot", "gap [95% CI]"], rows)]
 
 
+def paired_counts(results: Results) -> list[tuple[str, str, str, str, tuple[int, int, int, int]]]:
+    """For every checkpoint after the first, against the first, per condition and task, on the
+    seeds both ran: (condition, task, first, other, (a, b, c, d)) with a: both succeed, b: only
+    the first, c: only the other, d: neither."""
+    by_seed: dict = defaultdict(dict)  # (condition, task, checkpoint) -> {seed: success}
+    for ep in results.episodes:
+        by_seed[(ep["condition"], ep["task"], ep["checkpoint"])][ep["seed"]] = bool(ep["success"])
+    cks = _ordered(e["checkpoint"] for e in results.episodes)
+    out = []
+    for cond in _ordered(e["condition"] for e in results.episodes):
+        for task in _ordered(e["task"] for e in results.episodes):
+            first = by_seed.get((cond, task, cks[0]), {})
+            for ck in cks[1:]:
+                other = by_seed.get((cond, task, ck), {})
+                seeds = sorted(set(first) & set(other))
+                if seeds:
+                    x, y = np.array([first[s] for s in seeds]), np.array([other[s] for s in seeds])
+                    out.append((cond, task, cks[0], ck, (int(np.sum(x & y)), int(np.sum(x & ~y)),
+                                                         int(np.sum(~x & y)), int(np.sum(~x & ~y)))))
+    return out
+
+
+def paired_lines(results: Results) -> list[str]:
+    """One line per pair: the other checkpoint's success minus the first's on the same seeds,
+    with its 95% interval for paired proportions."""
+    lines = []
+    for cond, task, first, ck, (a, b, c, d) in paired_counts(results):
+        diff, low, high = stats.newcombe_paired_difference(a, b, c, d)
+        shown = "better" if low > 0 else "worse" if high < 0 else "no difference shown"
+        lines.append(f"{ck} - {first} on {task} ({cond}, {a + b + c + d} paired seeds): {diff:+.2f} "
+                     f"[{low:+.2f}, {high:+.2f}] ({shown}; {c} seeds only {ck} solved, {b} only {first})")
+    return lines
+
+
+def paired(results: Results) -> list[str]:
+    head = ["## Between checkpoints: paired difference on the same seeds", ""]
+    rows = []
+    for cond, task, first, ck, (a, b, c, d) in paired_counts(results):
+        diff, low, high = stats.newcombe_paired_difference(a, b, c, d)
+        rows.append([ck, first, cond, task, a + b + c + d, c, b, f"{diff:+.2f} [{low:+.2f}, {high:+.2f}]"])
+    if not rows:
+        return head + ["Needs at least 2 checkpoints run on the same seeds."]
+    return head + ["Each checkpoint against the first, on the seeds both ran (the same initial conditions): the "
+                   "difference of success rates with Newcombe's score 95% interval for paired proportions "
+                   "(Newcombe 1998, method 10). Pairing removes the seeds' own difficulty from the comparison, so "
+                   "this interval is narrower than one from the two rates' separate intervals.", "",
+                   *_table(["checkpoint", "against", "condition", "task", "pairs", "only it solved",
+                            "only the other solved", "difference [95% CI]"], rows)]
+
+
 def agreement(t: Tally, conditions: dict) -> list[str]:
     robot = _kind(conditions, "robot")
     head = ["## Across checkpoints: does simulation predict the robot?", ""]
@@ -319,6 +369,7 @@ def write_report(folder: str | Path, reps: int = 2000, seed: int = 0) -> Path:
              "rate, Newcombe for a gap.", "",
              *sweep_lines, "",
              *sim_to_real(t, results.conditions), "",
+             *paired(results), "",
              *per_condition(t, results.conditions), "",
              *across_tasks(t, results.conditions, reps, seed), "",
              *agreement(t, results.conditions), "",

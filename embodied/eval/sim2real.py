@@ -210,7 +210,7 @@ def sim2real(checkpoints: list[str], task: str, out: str | Path, trials: int = 1
                                 f"{_view(cks[0])} (cameras, image size); allowed: one view for every checkpoint")
     robot_cfgs = {}
     if robot_file:
-        robot_cfgs = {c.label: robot_config_from_file(robot_file, c.cfg, c.label) for c in cks}
+        robot_cfgs = {c.label: robot_config_from_file(robot_file, c.cfg, c.label, c.policy.record) for c in cks}
         robot = {"kind": "robot", "config": yaml.safe_load(Path(robot_file).read_text())}
         robot_name = "robot"
     out = Path(out)
@@ -322,7 +322,7 @@ def _safe(condition: str) -> str:
 
 
 def cmd_sim2real(args) -> int:
-    from embodied.eval.report import tally, verdict
+    from embodied.eval.report import paired_lines, tally, verdict
     from embodied.eval.results_file import load_results
     from embodied.run.stop import no_empty_dirs
 
@@ -333,6 +333,8 @@ def cmd_sim2real(args) -> int:
     results = load_results(Path(args.out) / "results.json") if (Path(args.out) / "results.json").is_file() else None
     for line in verdict(tally(results), results.conditions) if results else []:
         print(f"verdict: {line}")
+    for line in paired_lines(results) if results else []:
+        print(f"paired: {line}")
     html = path.with_name("report.html")
     print(f"wrote {path}" + (f" and {html} (open it in a browser)" if html.is_file() else ""))
     return 0

@@ -1,8 +1,9 @@
 """Statistics of evaluation results: pure numpy functions, no torch.
 
-- Success rates of Bernoulli trials: the Wilson score interval (`wilson_interval`) and
+- Success rates of Bernoulli trials: the Wilson score interval (`wilson_interval`),
   Newcombe's hybrid score interval for a difference of two rates (`newcombe_difference`,
-  the sim-to-real gap).
+  the sim-to-real gap) and its version for paired trials (`newcombe_paired_difference`: two
+  checkpoints on the same seeds).
 - Aggregates over a score matrix `[runs, tasks]` (rliable, Agarwal et al. 2021): `iqm`,
   `mean`, `median`, `optimality_gap`, with percentile intervals from the stratified
   bootstrap (`stratified_bootstrap_ci`): the run is the unit, resampled with replacement
@@ -142,6 +143,35 @@ def newcombe_difference(k1, n1, k2, n2, confidence: float = 0.95):
     low = d - np.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)
     high = d + np.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
     return _scalar(d), _scalar(low), _scalar(high)
+
+
+def newcombe_paired_difference(a, b, c, d, confidence: float = 0.95):
+    """Difference p2 - p1 of two success rates measured on the same n = a + b + c + d trials
+    (two policies on the same seeds), with Newcombe's score interval for paired proportions
+    (Newcombe 1998, "Improved confidence intervals for the difference between binomial
+    proportions based on paired data", method 10, without continuity correction).
+
+    a: both succeed, b: only the first, c: only the second, d: neither (integers >= 0, n >= 1).
+    p1 = (a + b) / n, p2 = (a + c) / n, with Wilson intervals (l1, u1), (l2, u2);
+    phi = (a d - b c) / sqrt((a + b)(c + d)(a + c)(b + d)), 0 when a margin is empty;
+    low = D - sqrt((p2 - l2)^2 - 2 phi (p2 - l2)(u1 - p1) + (u1 - p1)^2),
+    high = D + sqrt((u2 - p2)^2 - 2 phi (u2 - p2)(p1 - l1) + (p1 - l1)^2), D = (c - b) / n.
+    Returns (D, low, high) as floats.
+    """
+    counts = np.asarray([a, b, c, d])
+    if counts.shape != (4,) or np.any(counts < 0) or np.any(counts != np.round(counts)) or counts.sum() < 1:
+        raise StatsError(f"a, b, c, d: expected 4 integer counts >= 0 with a positive sum, got {[a, b, c, d]}")
+    a, b, c, d = (float(x) for x in counts)
+    n = a + b + c + d
+    p1, p2 = (a + b) / n, (a + c) / n
+    l1, u1 = wilson_interval(int(a + b), int(n), confidence)
+    l2, u2 = wilson_interval(int(a + c), int(n), confidence)
+    margins = (a + b) * (c + d) * (a + c) * (b + d)
+    phi = (a * d - b * c) / np.sqrt(margins) if margins > 0 else 0.0
+    diff = p2 - p1
+    low = diff - np.sqrt(max((p2 - l2) ** 2 - 2 * phi * (p2 - l2) * (u1 - p1) + (u1 - p1) ** 2, 0.0))
+    high = diff + np.sqrt(max((u2 - p2) ** 2 - 2 * phi * (u2 - p2) * (p1 - l1) + (p1 - l1) ** 2, 0.0))
+    return float(diff), float(max(low, -1.0)), float(min(high, 1.0))
 
 
 # ---------------------------------------------------------------------------- aggregates

@@ -163,7 +163,7 @@ def train_sft(policy: Any, dataset: Dataset, cfg: SFTConfig, eval_env: Any = Non
     (losses, evals, steps, paths)."""
     from torch.utils.tensorboard import SummaryWriter
 
-    from embodied.eval.evaluate import evaluate
+    from embodied.eval.evaluate import eval_seeds, evaluate
 
     torch.manual_seed(cfg.seed)
     if cfg.torch_threads:
@@ -199,7 +199,7 @@ def train_sft(policy: Any, dataset: Dataset, cfg: SFTConfig, eval_env: Any = Non
         return (time.perf_counter() - t0) / budget_s
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg, time_fraction if budget_s > 0 else None))
-    seeds = list(range(10_000, 10_000 + cfg.eval_episodes))
+    seeds = eval_seeds(cfg.eval_episodes)  # train's, eval's and sim2real's seeds: one number per weights
     summary: dict[str, Any] = {"loss": [], "eval": [], "checkpoints": []}
 
     def run_eval(step: int) -> None:

@@ -10,13 +10,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from embodied.config import EnvConfig, ExperimentConfig, PolicyConfig, config_from_dict, to_dict
-from embodied.eval.evaluate import EvalResult, evaluate
+from embodied.eval.evaluate import EVAL_SEED_BASE, EvalResult, eval_seeds, evaluate  # noqa: F401 (re-exported)
 from embodied.run.checkpoint import CheckpointError, load_checkpoint, policy_dir, resolve_checkpoint, save_checkpoint
 from embodied.run.logger import Logger
 from sims.registry import device_kwargs, make_env
 from sims.vecenv import VecEnv
-
-EVAL_SEED_BASE = 1_000_000  # evaluation seeds never overlap training seeds
 
 
 def build_env(cfg: EnvConfig, num_envs: int | None = None, device: Any = None) -> VecEnv:
@@ -40,10 +38,6 @@ def build_env(cfg: EnvConfig, num_envs: int | None = None, device: Any = None) -
     return make_env(cfg.task, num_envs or cfg.num_envs, obs_mode=cfg.obs_mode, reward_mode=cfg.reward_mode,
                     image_size=cfg.image_size, num_threads=cfg.num_threads,
                     randomization=cfg.randomization, reality=cfg.reality, **extra)
-
-
-def eval_seeds(n: int) -> list[int]:
-    return list(range(EVAL_SEED_BASE, EVAL_SEED_BASE + n))
 
 
 def config_from_checkpoint(path: str | Path, overrides: list[str] = ()) -> ExperimentConfig:

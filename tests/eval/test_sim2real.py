@@ -41,9 +41,11 @@ def test_results_complete_and_report_remade(reach_run, tmp_path, capsys):
     sweep.write_text("friction: [0.3, 1.0]\nlatency_steps: [2]\n")
     ckpts = [str(reach_run / "checkpoints" / f"iter_{i:06d}") for i in (1, 4)]
     out = tmp_path / "report"
-    rc, err = _sim2real([*ckpts, "--task", "Reach", "--sweep", str(sweep), "--trials", str(TRIALS),
-                         "--num-envs", "6", "--out", str(out)], capsys)
-    assert rc == 0, err
+    capsys.readouterr()
+    rc = main(["sim2real", *ckpts, "--task", "Reach", "--sweep", str(sweep), "--trials", str(TRIALS),
+               "--num-envs", "6", "--out", str(out)])
+    printed = capsys.readouterr()
+    assert rc == 0, printed.err
     data = json.loads((out / "results.json").read_text())
     conds = ["nominal", "friction=0.3", "friction=1", "latency_steps=2"]
     assert list(data["conditions"]) == conds
@@ -76,6 +78,18 @@ def test_results_complete_and_report_remade(reach_run, tmp_path, capsys):
     assert len(videos) == len(failed) and all(p.stat().st_size > 1000 for p in (out / "videos").glob("*.mp4"))
     report = (out / "report.md").read_text()
     assert "## Sweeps" in report and (out / "sweep_friction.png").is_file() and videos[0] in report
+    # The two checkpoints compared on the same seeds: the paired difference, counted by hand here.
+    first, other = sorted(labels)
+    printed = [x for x in printed.out.splitlines() if x.startswith("paired: ")]
+    assert len(printed) == len(conds), printed
+    for c, line in zip(conds, printed):
+        x = {e["seed"]: e["success"] for e in eps if e["checkpoint"] == first and e["condition"] == c}
+        y = {e["seed"]: e["success"] for e in eps if e["checkpoint"] == other and e["condition"] == c}
+        only_other, only_first = sum(y[s] and not x[s] for s in x), sum(x[s] and not y[s] for s in x)
+        assert line.startswith(f"paired: {other} - {first} on Reach ({c}, {TRIALS} paired seeds): "
+                               f"{(only_other - only_first) / TRIALS:+.2f} ["), line
+        assert f"{only_other} seeds only {other} solved, {only_first} only {first})" in line, line
+    assert "## Between checkpoints: paired difference on the same seeds" in report
     # `embodied report DIR` remakes the same report from results.json alone.
     (out / "report.md").unlink()
     assert main(["report", str(out)]) == 0

@@ -220,3 +220,16 @@ def test_finetune_robot_without_demos_leaves_no_directory(tmp_path, capsys):
     code = main(["finetune-robot", "finetune_reach_sim", f"run_dir={run}", f"demos={tmp_path / 'none'}"])
     assert code == 2 and not run.exists()
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_sft_and_eval_give_one_number_for_the_same_weights(reach_rgb, tmp_path, capsys):
+    """sft's own evaluation and `embodied eval` of its final weights run the same seeds (the
+    evaluation seeds of train, eval and sim2real): the same successes, seed for seed."""
+    run = tmp_path / "sft"
+    assert main(["sft", "configs/sft/sft_reach_flow.yaml", f"dataset={reach_rgb}", f"run_dir={run}", "steps=30",
+                 "batch_size=8", "eval_every=0", "eval_episodes=6", "save_every=0", "progress=false"]) == 0
+    said = [x for x in capsys.readouterr().out.splitlines() if ": eval success " in x][-1]
+    assert main(["eval", str(run / "final"), "--episodes", "6"]) == 0
+    out = capsys.readouterr().out
+    res = json.loads(out[out.index("{"):])
+    assert said.endswith(f"eval success {res['success_rate']:.2f} over 6 episodes"), (said, res)
