@@ -266,6 +266,9 @@ class GymVecEnv(VecEnv):
             self._obs_np = o
         if ended.any():  # the new episodes start from the seeds drawn where they ended
             self._obs_np = self._reset_rows(ended, [new_seed[i] for i in np.flatnonzero(ended).tolist()])
+        if final is not None:  # the rows that did not finish: their current observation
+            for key in final:
+                final[key][~ended] = self._obs_np[key][~ended]
         fo = self._to_obs(final) if final is not None else None
         obs = self._to_obs(self._obs_np)
         return ChunkStepResult(obs=obs, reward=torch.from_numpy(reward), terminated=torch.from_numpy(term),

@@ -121,12 +121,20 @@ class SideVenvVecEnv(VecEnv):
             js.append(j)
         for k, (rows, js) in per.items():
             wk = self.workers[k]
-            obs = wk.obs if len(js) == len(wk.obs) and js == list(range(len(js))) else wk.obs[js]
+            run = rows == list(range(rows[0], rows[0] + len(rows))) and js == list(range(js[0], js[0] + len(js)))
+            # a contiguous run of rows (a whole block, after a step) is copied as one slice
+            dst = slice(rows[0], rows[0] + len(rows)) if run else rows
+            src = slice(js[0], js[0] + len(js)) if run else js
+            obs = wk.obs[src]
             if self._columns is not None:  # the privileged order of the worker's columns
                 obs = obs[:, self._columns]
-            self._priv[rows, :obs.shape[1]] = torch.from_numpy(np.asarray(obs, np.float32))
+            self._priv[dst, :obs.shape[1]] = torch.from_numpy(np.asarray(obs, np.float32))
             for c, cam in enumerate(self.cameras):
-                self._img[cam][rows] = torch.from_numpy(wk.images[js, c])
+                if run:
+                    self._img[cam][dst].copy_(torch.from_numpy(wk.images[src, c]))
+                else:
+                    for i, j in zip(rows, js):
+                        self._img[cam][i].copy_(torch.from_numpy(wk.images[j, c]))
 
     def _exchange(self, reqs: dict[int, dict], retry: bool) -> tuple[dict[int, dict], list[int]]:
         """Send reqs[k] to worker k for all k, then read every reply (the workers run in
