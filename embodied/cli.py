@@ -237,8 +237,10 @@ def parser() -> argparse.ArgumentParser:
     sv.set_defaults(fn=cmd_serve)
     # sft and pipeline: their modules import torch, so their parsers live here.
     sf = sub.add_parser("sft", help="supervised fine-tuning of a VLA on a LeRobot dataset")
-    sf.add_argument("config", help="SFT YAML config (fields of embodied.imitation.sft.SFTConfig)")
+    sf.add_argument("config", nargs="?", help="SFT YAML config (fields of embodied.imitation.sft.SFTConfig)")
     sf.add_argument("overrides", nargs="*", help="key=value overrides, e.g. steps=500")
+    sf.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped run in RUN_DIR from its newest step "
+                    "directory (weights, optimiser, schedule, step count, logs)")
     sf.set_defaults(fn=cmd_sft)
     pl = sub.add_parser("pipeline", help="collect demos, SFT a VLA, finetune it with RL, evaluate")
     pl.add_argument("config", help="pipeline YAML (path or name in configs/), e.g. demo")

@@ -140,12 +140,17 @@ def lr_lambda(cfg: SFTConfig, time_fraction: Callable[[], float] | None = None) 
     return f
 
 
-def save_atomic(policy: Any, path: Path) -> Path:
-    """save_pretrained into path.tmp, then rename onto path (replacing an older one)."""
+def save_atomic(policy: Any, path: Path, state: dict | None = None) -> Path:
+    """save_pretrained (and with state, what --resume reads: sft_state.write) into path.tmp, then
+    rename onto path (replacing an older one)."""
     tmp, old = path.with_name(path.name + ".tmp"), path.with_name(path.name + ".old")
     for p in (tmp, old):
         shutil.rmtree(p, ignore_errors=True)
     policy.save_pretrained(tmp)
+    if state is not None:
+        from embodied.imitation import sft_state
+
+        sft_state.write(tmp, state)
     if path.exists():
         os.rename(path, old)
     os.rename(tmp, path)
@@ -158,9 +163,10 @@ def _obs(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
 
 
 def train_sft(policy: Any, dataset: Dataset, cfg: SFTConfig, eval_env: Any = None,
-              log: Callable[[str], None] = print) -> dict[str, Any]:
+              log: Callable[[str], None] = print, resume: dict | None = None) -> dict[str, Any]:
     """Fit `policy` to `dataset` for cfg.steps steps (or cfg.max_minutes); returns a summary
-    (losses, evals, steps, paths)."""
+    (losses, evals, steps, paths). resume: a step directory's trainer state (sft_state.read):
+    the run continues from its step, optimiser, schedule and generators."""
     from torch.utils.tensorboard import SummaryWriter
 
     from embodied.eval.evaluate import eval_seeds, evaluate
@@ -171,11 +177,13 @@ def train_sft(policy: Any, dataset: Dataset, cfg: SFTConfig, eval_env: Any = Non
     device = resolve_device(cfg.device, "device")
     policy.to(device).train()
     run = Path(cfg.run_dir)
+    gen = torch.Generator().manual_seed(cfg.seed)  # the data order
     loader = DataLoader(dataset, batch_size=cfg.batch_size, shuffle=True, drop_last=True,
-                        num_workers=cfg.num_workers, generator=torch.Generator().manual_seed(cfg.seed))
+                        num_workers=cfg.num_workers, generator=gen)
     if len(loader) == 0:
         raise ConfigError(f"batch_size: {cfg.batch_size} is larger than the dataset ({len(dataset)} items)")
-    writer = SummaryWriter(str(run / "tb"))
+    # resumed: the events the interrupted process logged after the step it continues from are purged
+    writer = SummaryWriter(str(run / "tb"), purge_step=resume["step"] + 1 if resume else None)
     params = [p for p in policy.actor_parameters() if p.requires_grad]
     bf16 = device.type == "cuda" if cfg.bf16 is None else cfg.bf16
     if hasattr(policy, "prefix") and policy.name in ("flow_vla", "ar_vla"):  # the predicted peak (policies/memory.py)
@@ -199,6 +207,17 @@ def train_sft(policy: Any, dataset: Dataset, cfg: SFTConfig, eval_env: Any = Non
         return (time.perf_counter() - t0) / budget_s
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg, time_fraction if budget_s > 0 else None))
+    if resume:
+        opt.load_state_dict(resume["optimizer"])
+        sched.load_state_dict(resume["scheduler"])
+        gen.set_state(resume["data_generator"])
+        torch.set_rng_state(resume["torch_rng"])
+        log(f"resumed at step {resume['step']} of {cfg.steps} (optimiser, schedule and generators restored)")
+
+    def state(step: int, samples: int) -> dict:  # what --resume reads beside the weights
+        from embodied.imitation import sft_state
+
+        return sft_state.trainer_state(cfg, opt, sched, step, samples, gen)
     seeds = eval_seeds(cfg.eval_episodes)  # train's, eval's and sim2real's seeds: one number per weights
     summary: dict[str, Any] = {"loss": [], "eval": [], "checkpoints": []}
 
@@ -220,21 +239,24 @@ def train_sft(policy: Any, dataset: Dataset, cfg: SFTConfig, eval_env: Any = Non
 
     from embodied.run.stop import stoppable
 
-    bar = tqdm(total=cfg.steps, unit="step", dynamic_ncols=True, disable=not cfg.progress, desc="sft")
+    start = (resume["step"], resume["samples"]) if resume else (0, 0)
+    bar = tqdm(total=cfg.steps, initial=start[0], unit="step", dynamic_ncols=True, disable=not cfg.progress,
+               desc="sft")
     stopping = stoppable("this gradient step")
     stop = stopping.__enter__()
-    step, samples, done = 0, 0, False
+    step, samples = start
     try:
         step, samples = _fit(policy, loader, cfg, opt, sched, params, device, writer, summary, run, eval_env, run_eval,
-                             bar, stop, budget_s, time_fraction, t0)
+                             bar, stop, budget_s, time_fraction, t0, start, state)
     finally:
         stopping.__exit__(None, None, None)
         bar.close()
     summary["steps"] = step
-    summary["samples_per_s"] = samples / (time.perf_counter() - t0)
-    if stop:  # the weights so far, where the command that continues reads them
+    summary["samples_per_s"] = (samples - start[1]) / (time.perf_counter() - t0)
+    if stop:  # the weights and trainer state so far, where `sft --resume` reads them
         summary["stopped"] = stop.signum
-        summary["partial"] = str(save_atomic(policy, run / f"step_{step:07d}"))
+        here = run / f"step_{step:07d}"  # already written when save_every fell on this step
+        summary["partial"] = str(here if here.is_dir() else save_atomic(policy, here, state(step, samples)))
         writer.close()
         policy.eval()
         return summary
@@ -248,10 +270,12 @@ def train_sft(policy: Any, dataset: Dataset, cfg: SFTConfig, eval_env: Any = Non
 
 def _fit(policy: Any, loader: DataLoader, cfg: SFTConfig, opt: Any, sched: Any, params: list, device: torch.device,
          writer: Any, summary: dict[str, Any], run: Path, eval_env: Any, run_eval: Callable[[int], None], bar: Any,
-         stop: Any, budget_s: float, time_fraction: Callable[[], float], t0: float) -> tuple[int, int]:
-    """The gradient steps of train_sft until cfg.steps, the time budget or a signal; (steps, samples)."""
+         stop: Any, budget_s: float, time_fraction: Callable[[], float], t0: float, start: tuple[int, int],
+         state: Callable[[int, int], dict]) -> tuple[int, int]:
+    """The gradient steps of train_sft from start = (step, samples) until cfg.steps, the time
+    budget or a signal; (steps, samples)."""
     bf16 = device.type == "cuda" if cfg.bf16 is None else cfg.bf16
-    step, samples, done = 0, 0, False
+    (step, samples), done = start, start[0] >= cfg.steps
     while not done:
         for batch in loader:
             obs = _obs(batch, device)
@@ -278,7 +302,7 @@ def _fit(policy: Any, loader: DataLoader, cfg: SFTConfig, opt: Any, sched: Any, 
             if eval_env is not None and cfg.eval_every and step % cfg.eval_every == 0 and not done:
                 run_eval(step)
             if cfg.save_every and step % cfg.save_every == 0 and not done:
-                summary["checkpoints"].append(str(save_atomic(policy, run / f"step_{step:07d}")))
+                summary["checkpoints"].append(str(save_atomic(policy, run / f"step_{step:07d}", state(step, samples))))
             if done:
                 break
     return step, samples
@@ -301,15 +325,29 @@ def check_dataset(cfg: SFTConfig, info: dict[str, Any]) -> None:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
-    """`embodied sft CONFIG [key=value ...]`: SFT on a LeRobot dataset, evaluated in the sim."""
+    """`embodied sft CONFIG [key=value ...]`: SFT on a LeRobot dataset, evaluated in the sim;
+    `embodied sft --resume RUN_DIR [key=value ...]` continues a run that a signal stopped."""
     from embodied.data.lerobot import LeRobotDataset  # written alongside; the LeRobot v3 reader
     from embodied.data.layout import read_info
     from sims.registry import make_env
 
     from embodied.config_loader import find_config
-    from embodied.run.stop import Stopped, command_line, no_empty_dirs
+    from embodied.imitation import sft_state
+    from embodied.run.stop import Stopped, no_empty_dirs, program
 
-    cfg = load_sft_config(find_config(args.config), args.overrides)
+    resume = None
+    if getattr(args, "resume", None):
+        if args.config:
+            raise ConfigError(f"--resume: the run's settings are its own ({sft_state.CONFIG}); give key=value "
+                              f"overrides, not the config {args.config}")
+        step_dir = sft_state.newest(Path(args.resume))
+        cfg = load_sft_config(step_dir / sft_state.CONFIG, [*args.overrides, f"run_dir={args.resume}",
+                                                            f"init_from={step_dir}"])
+        resume = sft_state.read(step_dir)
+    elif not args.config:
+        raise ConfigError("config: give an SFT config (e.g. sft_reach_flow), or --resume RUN_DIR")
+    else:
+        cfg = load_sft_config(find_config(args.config), args.overrides)
     if not cfg.dataset:
         raise ConfigError("dataset: set the LeRobot dataset root, e.g. dataset=data/reach")
     info = read_info(cfg.dataset)
@@ -331,16 +369,13 @@ def cmd_sft(args: argparse.Namespace) -> int:
             env = make_env(cfg.task, cfg.eval_envs, obs_mode="rgb", image_size=cfg.image_size,
                            cameras=tuple(cfg.cameras))
         try:
-            summary = train_sft(policy, dataset, cfg, env)
+            summary = train_sft(policy, dataset, cfg, env, resume=resume)
         finally:
             if env is not None:
                 env.close()
     if "stopped" in summary:
-        left = cfg.steps - summary["steps"]
-        raise Stopped(summary["stopped"], f"the weights after step {summary['steps']} of {cfg.steps} in "
-                      f"{summary['partial']} (the optimiser restarts when continued)",
-                      command_line(drop=("init_from=", "steps="), add=[f"init_from={summary['partial']}",
-                                                                       f"steps={left}"]))
+        raise Stopped(summary["stopped"], f"the weights and trainer state after step {summary['steps']} of "
+                      f"{cfg.steps} in {summary['partial']}", f"{program()} sft --resume {cfg.run_dir}")
     print(f"final checkpoint: {summary['final']}")
     if summary["eval"]:
         print(f"success rate: {summary['eval'][-1][1]:.2f}")
