@@ -1,7 +1,7 @@
 """Peak memory and step time of a real-size flow VLA per training mode, against the prediction.
 
     nice -n 10 .venv/bin/python benchmarks/bench_vla_memory.py [--preset smolvla] [--batch 8]
-        [--modes frozen_bf16_ckpt,...] [--limit-gib 6] [--threads 1] [--out runs/vla_memory.jsonl]
+        [--cases frozen_bf16_ckpt:rl,...,act] [--limit-gib 6] [--threads 1] [--out runs/vla_memory.jsonl]
     .venv/bin/python benchmarks/bench_vla_memory.py --table runs/vla_memory.jsonl
 
 The preset (policies/vla/pretrained/presets.py) is built with random weights (no download), with
@@ -18,7 +18,9 @@ policies/memory.py for the same plan. A case whose prediction does not fit --lim
   SFT step  sft_loss (flow matching), backward, clip, optimiser step
   act       act(deterministic=True) at 1 and 64 observations, no grad
 
-Times are of the last of --steps steps (the first one allocates the optimiser state). On a CPU
+Times are of the last of --steps steps (1 by default: that step also allocates the optimiser
+state, which on a CPU costs little next to the step), wall and the process's CPU seconds (the
+latter is what a busy machine changes least). On a CPU
 they depend on the CPU and on what else runs on it: say which in the results.
 """
 
@@ -48,7 +50,10 @@ MODES = {
     "lora16_bf16_ckpt": ("none", 16, "bfloat16", True, "adam_fused", False),
     "frozen_bf16_ckpt_8bit_ref": ("vlm", 0, "bfloat16", True, "adam_8bit", True),
 }
-ORDER = ["frozen_bf16_ckpt", "lora16_bf16_ckpt", "frozen", "frozen_bf16_ckpt_8bit_ref", "full_ckpt_8bit", "full"]
+# (mode, step) in the order they run: the modes that fit one 24 GB GPU first
+ORDER = ["frozen:sft", "frozen_bf16_ckpt:sft", "frozen_bf16_ckpt:rl", "lora16_bf16_ckpt:sft", "lora16_bf16_ckpt:rl",
+         "frozen:rl", "full:rl", "full:sft", "full_ckpt_8bit:sft", "frozen_bf16_ckpt_8bit_ref:rl", "full_ckpt_8bit:rl",
+         "act"]
 
 
 def plan_of(mode: str, step: str, batch: int, autocast: bool = False):
@@ -129,7 +134,7 @@ def rl_step(policy, opt, obs, replay, reference=None, autocast=None):
     loss.backward()
     torch.nn.utils.clip_grad_norm_([p for p in policy.parameters() if p.requires_grad], 1.0)
     opt.step()
-    return float(loss)
+    return float(loss.detach())
 
 
 def sft_step(policy, opt, obs, actions, autocast=None):
@@ -143,7 +148,7 @@ def sft_step(policy, opt, obs, actions, autocast=None):
     loss.float().backward()
     torch.nn.utils.clip_grad_norm_([p for p in policy.parameters() if p.requires_grad], 1.0)
     opt.step()
-    return float(loss)
+    return float(loss.detach())
 
 
 def rss() -> float:
@@ -176,30 +181,34 @@ def child(args) -> dict:
         out = {"case": "act", "build_s": time.perf_counter() - t0}
         for b in (1, 64):
             obs = observations(cfg, b, "cpu")
-            ts = []
+            ts, cs = [], []
             for _ in range(2 if b == 1 else 1):
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.process_time()
                 with torch.no_grad():
                     policy.act(obs, deterministic=True)
                 ts.append(time.perf_counter() - t)
-            out[f"act_{b}_s"] = min(ts)
+                cs.append(time.process_time() - c)
+            out[f"act_{b}_s"], out[f"act_{b}_cpu_s"] = min(ts), min(cs)
             out[f"act_{b}_peak_gib"] = (peak_rss() - base) / GiB
             print(json.dumps(out), flush=True)
         return out
     mode, step = args.child.split(":")
     policy, opt, ref = build(cfg, mode, "cpu")
     built, build_s = rss(), time.perf_counter() - t0
+    print(f"built in {build_s:.0f} s", file=sys.stderr, flush=True)
     obs = observations(cfg, args.batch, "cpu")
-    times, losses = [], []
+    times, cpu, losses = [], [], []
     for _ in range(args.steps):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         if step == "rl":
             losses.append(rl_step(policy, opt, obs, random_replay(cfg, args.batch, "cpu"), ref))
         else:
             actions = torch.rand(args.batch, cfg.chunk_size, cfg.action_dim) * 2 - 1
             losses.append(sft_step(policy, opt, obs, actions))
         times.append(time.perf_counter() - t)
-    return {"case": args.child, "mode": mode, "step": step, "batch": args.batch, "build_s": build_s,
+        cpu.append(time.process_time() - c)
+        print(f"step {len(times)}: {times[-1]:.0f} s, {cpu[-1]:.0f} CPU s", file=sys.stderr, flush=True)
+    return {"step_cpu_s": cpu[-1], "case": args.child, "mode": mode, "step": step, "batch": args.batch, "build_s": build_s,
             "step_s": times[-1], "first_step_s": times[0], "samples_per_s": args.batch / times[-1],
             "peak_gib": (peak_rss() - base) / GiB, "after_build_gib": (built - base) / GiB, "base_gib": base / GiB,
             "losses": losses}
@@ -211,7 +220,7 @@ def parent(args) -> None:
     cfg = preset_config(args.preset)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    cases = [f"{m}:{s}" for m in args.modes.split(",") for s in ("sft", "rl")] + (["act"] if args.act else [])
+    cases = args.cases.split(",")
     for case in cases:
         row = {"case": case, "preset": args.preset, "batch": args.batch, "threads": args.threads}
         if case != "act":
@@ -229,9 +238,12 @@ def parent(args) -> None:
                "--threads", str(args.threads), "--steps", str(args.steps)]
         t = time.perf_counter()
         try:
-            res = subprocess.run(cmd, capture_output=True, text=True, timeout=args.case_timeout)
+            with out.with_suffix(".stderr.log").open("a") as err:  # the children's progress and errors
+                err.write(f"== {case}\n")
+                err.flush()
+                res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, text=True, timeout=args.case_timeout)
             lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
-            got = json.loads(lines[-1]) if lines else {"result": f"exit {res.returncode}: {res.stderr.strip()[-300:]}"}
+            got = json.loads(lines[-1]) if lines else {"result": f"exit {res.returncode} (see {err.name})"}
         except subprocess.TimeoutExpired as e:
             partial = [ln for ln in (e.stdout or b"").decode().splitlines() if ln.startswith("{")]
             got = json.loads(partial[-1]) if partial else {}
@@ -245,19 +257,20 @@ def parent(args) -> None:
 
 def table(path: str) -> None:
     rows = [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]
-    print("| mode | step | trainable / all (M) | predicted peak GiB | measured peak GiB | s / step | samples/s |")
+    print("| mode | step | trainable / all (M) | predicted peak GiB | measured peak GiB | s / step (CPU s) | samples/s |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         if r["case"] == "act":
             continue
         measured = f"{r['peak_gib']:.2f}" if "peak_gib" in r else r.get("result", "")
-        speed = (f"{r['step_s']:.1f} | {r['samples_per_s']:.2f}" if "step_s" in r else " | ")
+        speed = (f"{r['step_s']:.0f} ({r['step_cpu_s']:.0f}) | {r['samples_per_s']:.3f}" if "step_s" in r else " | ")
         print(f"| {r['mode']} | {r['step']} | {r['trainable_m']:.0f} / {r['params_m']:.0f} | {r['predicted_gib']:.2f} "
               f"| {measured} | {speed} |")
     for r in rows:
         if r["case"] == "act":
             print(f"\nact latency (deterministic, {r.get('threads', 1)} thread(s)): one observation "
-                  f"{r.get('act_1_s', float('nan')):.1f} s, 64 observations {r.get('act_64_s', float('nan')):.1f} s "
+                  f"{r.get('act_1_s', float('nan')):.1f} s ({r.get('act_1_cpu_s', float('nan')):.1f} CPU s), 64 "
+                  f"observations {r.get('act_64_s', float('nan')):.1f} s ({r.get('act_64_cpu_s', float('nan')):.1f} CPU s) "
                   f"(peak {r.get('act_64_peak_gib', r.get('act_1_peak_gib', float('nan'))):.2f} GiB) {r.get('result', '')}")
 
 
@@ -265,12 +278,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="smolvla")
     ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--modes", default=",".join(ORDER))
+    ap.add_argument("--cases", default=",".join(ORDER), help="mode:rl, mode:sft or act, in order")
     ap.add_argument("--limit-gib", type=float, default=6.0)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=1)
     ap.add_argument("--case-timeout", type=int, default=1200)
-    ap.add_argument("--no-act", dest="act", action="store_false")
     ap.add_argument("--out", default="runs/vla_memory.jsonl")
     ap.add_argument("--table")
     ap.add_argument("--child", help=argparse.SUPPRESS)

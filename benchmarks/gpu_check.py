@@ -1,6 +1,6 @@
 """`make gpu-check`: what the toolkit does on one GPU, in one run, as one table.
 
-    python benchmarks/gpu_check.py [--out runs/gpu_check/table.md] [--parts tests,env,vla,pipeline,ppo]
+    python benchmarks/gpu_check.py [--out runs/gpu_check/table.md] [--parts tests,env,vla,pipeline,ppo,vla_smol]
                                    [--budget 450] [--baseline PATH/TO/ManiSkill/ppo.py]
 
 Parts, each in a child process under its own time limit (a part that runs out keeps the rows
@@ -23,6 +23,13 @@ this order, the most valuable first:
             autocast): act latency for one observation, RL step and SFT step samples/s, peak memory
   pipeline  synchronous against pipelined rollout with the policy on the GPU
             (benchmarks/bench_pipeline.py, train.device=cuda)
+  vla_smol  the flow VLA at SmolVLA's size per training mode (policies/vla/modes.py; the modes of
+            benchmarks/bench_vla_memory.py): peak memory at batch 32 (target: within 22 GiB), then
+            the largest batch that fits (the largest that policies/memory.py predicts to fit, halved
+            on out-of-memory) with RL-step and SFT-step samples/s and measured against predicted
+            peak; act latency at 1 and 64 observations
+  vla_pi0   the same at pi0's size (target: RL at batch >= 64 and >= 100 samples/s with the VLM
+            frozen or LoRA-adapted)
 Without a CUDA device it prints which parts it skipped and why, and exits 0. The table (markdown,
 with machine, date and commit) is printed and written to --out.
 """
@@ -43,7 +50,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # seconds each, before scaling to --budget; the last part also gets what the others left unused
 PARTS = {"warp_env": 150, "warp_ppo": 150, "warp_grpo": 90, "tests": 60, "env": 65, "vla": 55, "pipeline": 30,
-         "ppo": 260}
+         "ppo": 260, "vla_smol": 150, "vla_pi0": 210}
 WARP_PARTS = ("warp_env", "warp_ppo", "warp_grpo")  # need mujoco_warp and warp
 # --dry-run: the warp parts on warp's CPU device at 1/64 of their sizes (tests this script without a GPU)
 DRY = os.environ.get("GPU_CHECK_DRY") == "1"
@@ -52,6 +59,7 @@ DEV = "cpu" if DRY else "cuda"
 
 def size(n: int) -> int:
     return max(n // 64, 16) if DRY else n
+VLA_PARTS = ("vla_smol", "vla_pi0")  # --dry-run: the tiny preset on the CPU
 MS_PARTS = ("env", "ppo")  # need mani_skill / sapien (the tests part reports its own skips)
 
 
@@ -389,6 +397,116 @@ def part_vla(limit: float) -> None:
     row("vla", "RL / SFT step", "out of memory at batch 4", "", "")
 
 
+# (mode, batches to try first) per preset, the most valuable first; then each mode's largest batch
+VLA_MODES = {"smolvla": ["frozen_bf16_ckpt", "lora16_bf16_ckpt", "frozen_bf16_ckpt_8bit_ref", "full_ckpt_8bit", "full"],
+             "pi0": ["frozen_bf16_ckpt", "lora16_bf16_ckpt", "frozen_bf16_ckpt_8bit_ref", "full_ckpt_8bit", "full"]}
+VLA_FIRST = {"smolvla": 32, "pi0": 64}  # the issue's targets: SmolVLA batch 32 within 22 GiB, pi0 batch 64
+
+
+def _vla_modes(preset: str, limit: float) -> None:
+    """Per training mode: RL and SFT steps at the target batch and at the largest that fits; act
+    latency. --dry-run: the tiny preset on the CPU at batch 8 (tests this code without a GPU)."""
+    import contextlib
+    import importlib.util
+    import statistics
+
+    import torch
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_vla_memory import MODES, build, observations, plan_of, preset_config, random_replay, rl_step, sft_step
+
+    from policies.memory import GiB, predict
+
+    part = "vla_smol" if preset == "smolvla" else "vla_pi0"
+    t_end = time.perf_counter() + limit
+    dev = torch.device(DEV)
+    total = 8 * GiB if DRY else torch.cuda.get_device_properties(dev).total_memory
+    cfg = preset_config("tiny" if DRY else preset)
+    auto = contextlib.nullcontext if DRY else (lambda: torch.autocast("cuda", dtype=torch.bfloat16))
+    sync = (lambda: None) if DRY else torch.cuda.synchronize
+    first = 8 if DRY else VLA_FIRST[preset]
+
+    def timed(fn, reps: int = 2) -> float:
+        fn()
+        sync()
+        ts = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            fn()
+            sync()
+            ts.append(time.perf_counter() - t)
+        return statistics.median(ts)
+
+    def steps(mode: str, b: int) -> None:
+        policy, opt, ref = build(cfg, mode, dev)
+        try:
+            for step in ("rl", "sft"):
+                obs = observations(cfg, b, dev)
+                pred = predict("flow_vla", cfg, plan_of(mode, step, b, autocast=not DRY))["total"] / GiB
+                if not DRY:
+                    torch.cuda.empty_cache()
+                    torch.cuda.reset_peak_memory_stats()
+                if step == "rl":
+                    replay = random_replay(cfg, b, dev)
+                    s = timed(lambda: rl_step(policy, opt, obs, replay, ref, auto()))
+                else:
+                    actions = torch.rand(b, cfg.chunk_size, cfg.action_dim, device=dev) * 2 - 1
+                    s = timed(lambda: sft_step(policy, opt, obs, actions, auto()))
+                peak = float("nan") if DRY else torch.cuda.max_memory_allocated() / GiB
+                target = ""
+                if step == "rl" and b == first:
+                    target = "peak <= 22 GiB" if preset == "smolvla" else ">= 100 samples/s (VLM frozen or LoRA)"
+                row(part, f"{mode}: {step.upper()} step, batch {b}", f"{b / s:.1f} samples/s", target,
+                    f"{s:.2f} s/step; peak {peak:.2f} GiB, predicted {pred:.2f} GiB")
+        finally:
+            del policy, opt, ref
+            torch.cuda.empty_cache() if not DRY else None
+
+    for mode in VLA_MODES[preset][:2] if DRY else VLA_MODES[preset]:
+        if time.perf_counter() > t_end - 30:
+            row(part, mode, "not run", "", "time limit")
+            continue
+        if MODES[mode][4] == "adam_8bit" and importlib.util.find_spec("bitsandbytes") is None:
+            row(part, mode, "not run", "", "bitsandbytes is not installed (pip install -c constraints.txt bitsandbytes)")
+            continue
+        sizes = (8,) if DRY else (1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1)
+        fits = [b for b in sizes if predict("flow_vla", cfg, plan_of(mode, "rl", b, autocast=not DRY))["total"] < 0.92 * total]
+        if not fits:
+            row(part, f"{mode}: RL step", "does not fit", "", "predicted above 92% of the device at batch 1")
+            continue
+        tried: set[int] = set()
+        for b in dict.fromkeys(([first] if first <= fits[0] else []) + fits[:1]):
+            while b >= 1 and b not in tried and time.perf_counter() < t_end - 20:
+                tried.add(b)
+                try:
+                    steps(mode, b)
+                    break
+                except torch.OutOfMemoryError:
+                    torch.cuda.empty_cache()
+                    print(f"{mode} batch {b}: out of memory (predicted to fit)", flush=True)
+                    row(part, f"{mode}: batch {b}", "out of memory", "", "predicted to fit; halved")
+                    b //= 2
+    policy, _, _ = build(cfg, "frozen_bf16_ckpt", dev)
+    policy.eval()
+    for b in (1, 64):
+        if time.perf_counter() > t_end - 10:
+            row(part, f"act latency, {b} observation(s)", "not run", "", "time limit")
+            continue
+        obs = observations(cfg, b, dev)
+        with torch.no_grad(), auto():
+            lat = timed(lambda: policy.act(obs, deterministic=True), 3)
+        row(part, f"act latency, {b} observation(s)", f"{lat * 1e3:.0f} ms", "",
+            f"{cfg.num_steps} Euler steps, chunk {cfg.chunk_size}, bf16 frozen prefix" + ("" if DRY else ", bf16 autocast"))
+
+
+def part_vla_smol(limit: float) -> None:
+    _vla_modes("smolvla", limit)
+
+
+def part_vla_pi0(limit: float) -> None:
+    _vla_modes("pi0", limit)
+
+
 def part_pipeline(limit: float) -> None:
     out = subprocess.run([sys.executable, "benchmarks/bench_pipeline.py", "--envs", "256", "--steps", "32",
                           "--repeats", "2", "--device", "cuda"], cwd=ROOT, capture_output=True, text=True,
@@ -432,8 +550,8 @@ def skip_reason(part: str) -> str | None:
 
     import torch
 
-    if DRY and part not in WARP_PARTS:
-        return "--dry-run runs the warp parts only"
+    if DRY and part not in WARP_PARTS + VLA_PARTS:
+        return "--dry-run runs the warp and vla_* mode parts only"
     if not torch.cuda.is_available() and not DRY:
         return "no CUDA device"
     if part in WARP_PARTS:

@@ -2,20 +2,24 @@
 "Predicted memory"), and whether it fits the device.
 
     peak = weights + gradients + optimiser state + KL reference + autocast's weight copies
-           + max(activations of one training step, activations of one act)
+           + max(activations of one training step, activations of one act, the optimiser's
+                 temporaries)
+(in a steady step the activations are freed as the backward fills the gradients, and the
+optimiser's step runs after them)
 
   weights       every parameter at its dtype (frozen ones in bf16 with frozen_dtype=bfloat16)
   gradients     4 B per trainable parameter (they stay float32)
-  optimiser     policies/optim.py STATE_BYTES per trainable parameter (8; adam_8bit about 2),
-                plus one float32 temporary per trainable parameter for torch's unfused Adam
+  optimiser     policies/optim.py STATE_BYTES per trainable parameter (8; adam_8bit about 2);
+                torch's unfused Adam adds one float32 temporary per trainable parameter in its step
   reference     with a KL reference: the trainable parameters once more (policies/vla/modes.py
                 shared_reference shares the frozen ones); none without
   autocast      bf16 autocast (CUDA) keeps a bf16 copy of each float32 weight it uses: 2 B each
   activations   what the backward pass keeps, per layer and token, in elements (fitted on
                 transformers' SigLIP / Llama layers and our experts with saved-tensor hooks):
-                  SigLIP layer      8 d + 2 I
+                  SigLIP layer      8 d + 2 I; frozen 6 d + I (a frozen Linear keeps no input)
                   LM / expert layer 6 d + 4 I + 3 H dh (+ the expert's keys and values repeated
-                                    to H heads over the prefix and its own tokens)
+                                    to H heads over the prefix and its own tokens); frozen LM
+                                    2 d + 3 I + 3 H dh; LoRA adds d + 4 r to a frozen layer
                 with checkpointing: each layer's input (d) plus one layer recomputed. A stack
                 that nothing upstream of needs a gradient through keeps nothing (freeze=vlm:
                 the prefix). The prefix's KV cache and last hidden state [T] are always kept.
@@ -107,6 +111,9 @@ def activation_bytes(policy: Any, plan: Plan, batch: int) -> dict[str, float]:
     # -> LM; the state token and the AR marker enter the LM)
     through_vision = "vision" in grads
     through_lm = bool(grads & {"vision", "projector", "lm", "marker", "state_proj"})
+    trained = {n.split(".")[1] for n, p in policy.named_parameters()  # stacks whose own weights train
+               if p.requires_grad and n.startswith("prefix.") and "lora_" not in n}
+    lora = 4 * plan.lora_rank  # an adapted projection keeps its input for the adapter's gradient
     e_train = 2.0 if plan.autocast_bf16 else 4.0
 
     def elem(weight: torch.Tensor) -> float:  # activations follow the stack's weights' dtype
@@ -116,9 +123,13 @@ def activation_bytes(policy: Any, plan: Plan, batch: int) -> dict[str, float]:
     e_prefix = elem(policy.prefix.lm.get_input_embeddings().weight)
     out: dict[str, float] = {}
     d, I = int(v.hidden_size), int(v.intermediate_size)
-    out["vision"] = batch * e_vision * _stack(int(v.num_hidden_layers), vision_tokens, 8 * d + 2 * I, d,
+    per_token = 8 * d + 2 * I if "vision" in trained else 6 * d + I + (d + lora if plan.lora_rank else 0)
+    out["vision"] = batch * e_vision * _stack(int(v.num_hidden_layers), vision_tokens, per_token, d,
                                               through_vision, plan.checkpointing)
-    lm_per_token = 6 * lm["d"] + 4 * lm["I"] + 3 * lm["H"] * lm["dh"]
+    if "lm" in trained:
+        lm_per_token = 6 * lm["d"] + 4 * lm["I"] + 3 * lm["H"] * lm["dh"]
+    else:  # frozen Linears keep no input; norms, activations and attention still do
+        lm_per_token = 2 * lm["d"] + 3 * lm["I"] + 3 * lm["H"] * lm["dh"] + (lm["d"] + lora if plan.lora_rank else 0)
     lm_tokens = prefix_tokens
     if policy.name == "ar_vla":  # the teacher-forced action tokens follow the prefix
         lm_tokens += cfg.chunk_size * cfg.action_dim - 1
@@ -166,7 +177,7 @@ def predict(name: str, config: Any, plan: Plan, policy: Any = None) -> dict[str,
     trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
     fp32 = sum(p.numel() for p in policy.parameters() if p.dtype == torch.float32)
     parts = {"weights": float(weights), "gradients": 4.0 * trainable,
-             "optimizer": trainable * (STATE_BYTES[plan.optimizer] + (4.0 if plan.optimizer == "adam" else 0.0)),
+             "optimizer": trainable * STATE_BYTES[plan.optimizer],
              "reference": 4.0 * trainable if plan.kl_reference else 0.0,
              "autocast_copies": 2.0 * fp32 if plan.autocast_bf16 else 0.0}
     acts = activation_bytes(policy, plan, plan.batch)
@@ -174,7 +185,9 @@ def predict(name: str, config: Any, plan: Plan, policy: Any = None) -> dict[str,
     rollout = act_bytes(policy, plan, plan.act_batch)
     step = sum(acts.values())
     parts["rollout_act"] = rollout
-    parts["total"] = sum(v for k, v in parts.items() if not k.startswith(("act_", "rollout"))) + max(step, rollout)
+    parts["optimizer_temp"] = 4.0 * trainable if plan.optimizer == "adam" else 0.0
+    parts["total"] = (sum(v for k, v in parts.items() if not k.startswith(("act_", "rollout", "optimizer_temp")))
+                      + max(step, rollout, parts["optimizer_temp"]))
     parts["trainable_params"] = float(trainable)
     parts["params"] = float(sum(p.numel() for p in policy.parameters()))
     return parts

@@ -143,9 +143,9 @@ def checkpoint_layers(policy: nn.Module) -> int:
     """Checkpoint the layers of the vision tower, the LM and the action expert (module doc);
     returns how many layers are checkpointed. Calling it twice changes nothing."""
     done = 0
-    vision = policy.prefix.vision
-    encoder = (vision.vision_model if hasattr(vision, "vision_model") else vision).encoder
-    groups = [(list(encoder.layers), False), (list(_decoder_layers(policy.prefix.lm)), True)]
+    towers = [m for name, m in policy.prefix.vision.named_modules()  # SigLIP's encoder.layers, DINOv2's encoder.layer
+              if isinstance(m, nn.ModuleList) and name.split(".")[-1] in ("layers", "layer")]
+    groups = [(list(t), False) for t in towers] + [(list(_decoder_layers(policy.prefix.lm)), True)]
     if hasattr(policy, "expert"):
         groups.append((list(policy.expert.layers), False))
     for layers, writes_cache in groups:
