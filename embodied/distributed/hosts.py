@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from embodied.distributed.sharded_episodes import GroupedCollector
 from embodied.distributed.sharded_rollout import ShardedCollector
 
 
@@ -36,13 +37,18 @@ def _put_rows(obs: dict[str, Any], offset: int, new: dict[str, Any]) -> dict[str
     return out
 
 
-def heal(collector: ShardedCollector, wait_s: float = 2.0) -> int:
+def heal(collector: ShardedCollector | GroupedCollector, wait_s: float = 2.0) -> int:
     """Rebuild the env workers and the rollout role whose process is gone -> how many. A role
     that does not answer within wait_s (a host cut off but not yet declared dead) is left to the
-    next call, which fails once Ray declares it dead, and is rebuilt there."""
+    next call, which fails once Ray declares it dead, and is rebuilt there. GRPO's collector
+    keeps no observation between collects: its workers are only rebuilt."""
     b, n = collector.backend, 0
     if collector.make_worker is not None:
         for i in b.dead(collector.workers, wait_s):
+            if isinstance(collector, GroupedCollector):
+                collector.revive(i)
+                n += 1
+                continue
             obs = collector.revive(i)
             s = next(k for k, ids in enumerate(collector.stage_workers) if i in ids)
             first = collector.stage_workers[s][0]
@@ -55,7 +61,7 @@ def heal(collector: ShardedCollector, wait_s: float = 2.0) -> int:
     return n
 
 
-def rebalance(collector: ShardedCollector, labels: dict[str, str], timeout_s: float = 60.0) -> int:
+def rebalance(collector: ShardedCollector | GroupedCollector, labels: dict[str, str], timeout_s: float = 60.0) -> int:
     """Move env workers to matching nodes that hold none of them, one per node, from nodes that
     hold two or more -> how many moved."""
     b = collector.backend

@@ -56,6 +56,17 @@ class GroupedCollector(RolloutRestarts):
         self.make_rollout: Callable[[int], Any] | None = None
         self.rollout_restarts, self.weights, self.events = 0, None, []
 
+    def revive(self, i: int) -> None:
+        """Rebuild shard i between collects (its process or host is gone): nothing is in
+        progress, so nothing is dropped; the next collect resets it with the others."""
+        t = time.perf_counter()
+        self.backend.kill(self.workers[i])
+        self.restarts += 1
+        self.workers[i], where = self.rebuilt(lambda: self.make_worker(i), lambda w: self.backend.call(w, "where"),
+                                              f"env worker {i}")
+        self.events.append(f"env worker {i} lost: rebuilt (on {where['ip']}, pid {where['pid']}) in "
+                           f"{time.perf_counter() - t:.1f}s, no episode in progress")
+
     def reset(self, seed: int) -> None:
         """Seed the group-seed generator; no observation is kept between calls (-> None)."""
         self.rng.manual_seed(seed or 0)
@@ -70,8 +81,8 @@ class GroupedCollector(RolloutRestarts):
             if self.make_worker is None:
                 raise
         self.restarts += 1
-        self.workers[i] = self.make_worker(i)
-        obs = self.backend.get(self.backend.call(self.workers[i], "reset_seeds", seeds))
+        self.workers[i], obs = self.rebuilt(lambda: self.make_worker(i),
+                                            lambda w: self.backend.call(w, "reset_seeds", seeds), f"env worker {i}")
         n, K = self.sizes[i], self.chunk
         flags = torch.zeros(n, K, dtype=torch.bool)
         ended = flags.clone()

@@ -16,7 +16,9 @@ of the lost episodes with the new ones). A rollout role that died is rebuilt by 
 and given the last weights; the steps of the batch in progress are dropped (the env workers
 keep their envs, so no episode is) and the batch is collected again. Training goes on.
 embodied/distributed/hosts.py does the same between iterations and moves workers back to a
-host that returned.
+host that returned. A rebuilt role that dies before its first answer (Ray placed it on a host it
+had not yet declared dead) is built again, REVIVAL_TRIES times in all; then RevivalError ends
+the run (embodied/distributed/trainer.py says how to resume it).
 
 Stages see different weights' draws than S = 1 (inference on smaller batches), so a pipelined
 run is not bit-identical to a synchronous one, but each is deterministic for a fixed seed.
@@ -104,10 +106,34 @@ def take_envs(traj: Trajectory, rows: slice | torch.Tensor) -> Trajectory:
     return Trajectory(**out)
 
 
+REVIVAL_TRIES = 3  # builds of a lost role, in all, before the run ends
+
+
+class RevivalError(RuntimeError):
+    """A lost role could not be rebuilt: each of REVIVAL_TRIES new ones died before answering."""
+
+
 class RolloutRestarts:
     """A collector's rollout role, rebuilt by make_rollout(k) with the last weights when it
     died (backend ray); the collector keeps `backend`, `rollout`, `version`, `make_rollout`,
     `rollout_restarts`, `weights` and `events`."""
+
+    def rebuilt(self, make: Callable[[], Any], first: Callable[[Any], Any], what: str) -> tuple[Any, Any]:
+        """make() a role and get its first call's result, first(role) (a future) -> (role,
+        result). A new role that dies before answering is killed and built again (Ray places
+        it on a node that is up), REVIVAL_TRIES times in all; then RevivalError."""
+        for k in range(1, REVIVAL_TRIES + 1):
+            role = make()
+            try:
+                return role, self.backend.get(first(role))
+            except self.backend.dead_errors as e:
+                self.backend.kill(role)
+                cause = type(e).__name__
+                if k < REVIVAL_TRIES:
+                    self.events.append(f"{what}: the rebuilt one died too ({cause}); building it again, try "
+                                       f"{k + 1} of {REVIVAL_TRIES}")
+        raise RevivalError(f"{what} could not be rebuilt: each of {REVIVAL_TRIES} new ones died before answering "
+                           f"(the last: {cause})")
 
     def set_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
         self.weights = (state, version)
@@ -123,9 +149,11 @@ class RolloutRestarts:
         t = time.perf_counter()
         self.backend.kill(self.rollout)
         self.rollout_restarts += 1
-        self.rollout = self.make_rollout(self.rollout_restarts)
+        first = ((lambda r: self.backend.call(r, "set_weights", *self.weights)) if self.weights is not None
+                 else (lambda r: self.backend.call(r, "where")))
+        self.rollout, answer = self.rebuilt(lambda: self.make_rollout(self.rollout_restarts), first, "the rollout role")
         if self.weights is not None:
-            self.version = self.backend.get(self.backend.call(self.rollout, "set_weights", *self.weights))
+            self.version = answer
         self.events.append(f"rollout role lost: rebuilt ({self.where(self.rollout)}) in {time.perf_counter() - t:.1f}s")
 
     def where(self, handle: Any) -> str:
@@ -184,8 +212,9 @@ class ShardedCollector(RolloutRestarts):
         t = time.perf_counter()
         self.backend.kill(self.workers[i])
         self.restarts += 1
-        self.workers[i] = self.make_worker(i)
-        obs = self.backend.get(self.backend.call(self.workers[i], "reset", self.seed + 7919 * self.restarts))
+        seed = self.seed + 7919 * self.restarts
+        self.workers[i], obs = self.rebuilt(lambda: self.make_worker(i), lambda w: self.backend.call(w, "reset", seed),
+                                            f"env worker {i}")
         n, rows = self.sizes[i], slice(self.starts[i], self.starts[i] + self.sizes[i])
         self.dropped_episodes += n  # every env of the shard had an episode in progress
         self.ep_return[rows], self.ep_length[rows], self.ep_success[rows] = 0.0, 0, False

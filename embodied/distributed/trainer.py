@@ -46,7 +46,8 @@ from embodied.distributed.hosts import heal, rebalance
 from embodied.distributed.loop import build_roles, make_learners, role_times
 from embodied.distributed.placement import Placement, placement_from_dict
 from embodied.distributed.roles import build_role_policy
-from embodied.distributed.sharded_rollout import ShardedCollector
+from embodied.distributed.sharded_episodes import GroupedCollector
+from embodied.distributed.sharded_rollout import RevivalError, ShardedCollector
 from embodied.eval.evaluate import EvalResult, evaluate
 from embodied.run.logger import Logger
 from embodied.run.stop import program
@@ -75,7 +76,17 @@ def head_lost(address: str, ckpt: Path | None, run_dir: Path) -> str:
 
 
 class LearnerLostError(CheckpointError):
-    """A learner died and the run cannot go on in process (no checkpoint, or no restarts left)."""
+    """A learner died and the run cannot go on in process (no checkpoint, or no restarts left),
+    or a lost env worker or rollout role could not be rebuilt (RevivalError)."""
+
+
+def roles_lost(error: RevivalError, ckpt: Path | None, run_dir: Path) -> LearnerLostError:
+    """The one line a run ends with when a lost role could not be rebuilt."""
+    if ckpt is None:
+        return LearnerLostError(f"{error}, before the run's first checkpoint; nothing to resume from: start the run "
+                                f"again once the hosts are up (train.save_every sets how often it saves)")
+    return LearnerLostError(f"{error}; the run stopped (last checkpoint {ckpt.name}): once the hosts are up, resume "
+                            f"with: {program()} train --resume {run_dir}")
 
 
 def placement_of(cfg: ExperimentConfig) -> Placement:
@@ -193,7 +204,7 @@ def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) ->
         def roles() -> dict[str, Any]:
             """Every role's state for iteration it's checkpoint (end_iteration names it iter_<it>)."""
             nonlocal last_ckpt
-            if backend_name == "ray" and isinstance(collector, ShardedCollector):
+            if backend_name == "ray" and isinstance(collector, (ShardedCollector, GroupedCollector)):
                 heal(collector)  # a role lost since the batch has no state to save: rebuilt first
             state = {**roles_state(b, collector, learners), "torch_rng": torch.get_rng_state()}
             last_ckpt = run_dir / "checkpoints" / f"iter_{it:06d}"
@@ -217,7 +228,7 @@ def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) ->
         ahead: deque[tuple[Any, dict[str, float]]] = deque()  # batches collected ahead, oldest first
         while env_steps < tc.total_steps and not stop:
             try:
-                if backend_name == "ray" and not ahead and isinstance(collector, ShardedCollector):
+                if backend_name == "ray" and not ahead and isinstance(collector, (ShardedCollector, GroupedCollector)):
                     heal(collector)  # roles lost since the last batch, rebuilt where hosts remain
                     rebalance(collector, placement.env.labels)  # and moved to hosts that came back
                 # the first batch, or the first after a drained iteration, is collected on the newest weights
@@ -254,6 +265,8 @@ def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) ->
 
                 result = end_iteration(cfg, it, env_steps, policy, eval_env, seeds, logger, summary, roles, result)
                 t_window = time.perf_counter()  # evaluation and checkpoints are no role's time
+            except RevivalError as e:  # a lost host's roles found no live host to go to
+                raise roles_lost(e, last_ckpt, run_dir) from None
             except b.role_errors as e:  # backend ray: a learner's process may be gone
                 if not b.dead(learners):
                     raise

@@ -14,6 +14,8 @@ import embodied.rl.loop_parts
 from embodied.cli import main
 from embodied.config import load_config
 from embodied.distributed.backend import make_backend
+from embodied.distributed.hosts import heal
+from embodied.distributed.sharded_rollout import RevivalError
 from embodied.distributed.sharded_episodes import GroupedCollector
 from embodied.distributed.loop import build_roles, train_roles
 from embodied.distributed.placement import placement_from_dict, preset
@@ -116,6 +118,33 @@ def test_killed_env_worker_is_restarted_and_its_episodes_dropped():
                                          "rollout_restarts": 1.0}
         assert batch.traj.group_ids.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
         assert backend.get(backend.call(grouped.rollout, "where"))["pid"] != pid
+        # between iterations GRPO's workers are health-checked as PPO's are (hosts.heal): a dead
+        # one is rebuilt before the next collect, with nothing in progress to drop
+        grouped.pop_events()
+        kill_and_wait(backend.get(backend.call(grouped.workers[0], "where"))["pid"])
+        assert heal(grouped) == 1 and grouped.fault_stats()["dropped_episodes"] == 4.0
+        assert any(e.startswith("env worker 0 lost: rebuilt") for e in grouped.pop_events())
+        assert grouped.collect().traj.group_ids.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+        # a rebuilt worker that dies before answering (placed on a host about to be declared
+        # dead) is built again; when every try dies, RevivalError ends the run
+        build, deaths = grouped.make_worker, []
+
+        def dying(i, node=None, always=False):
+            w = build(i, node=node)
+            if always or not deaths:
+                deaths.append(i)
+                kill_and_wait(backend.get(backend.call(w, "where"))["pid"])
+            return w
+
+        grouped.make_worker = dying
+        kill_and_wait(backend.get(backend.call(grouped.workers[1], "where"))["pid"])
+        assert heal(grouped) == 1 and deaths == [1]
+        assert any("the rebuilt one died too" in e and "try 2 of 3" in e for e in grouped.pop_events())
+        grouped.make_worker = lambda i, node=None: dying(i, node, always=True)
+        kill_and_wait(backend.get(backend.call(grouped.workers[1], "where"))["pid"])
+        with pytest.raises(RevivalError, match="env worker 1 could not be rebuilt: each of 3 new ones died"):
+            heal(grouped)
+        assert deaths == [1, 1, 1, 1]
     finally:
         backend.shutdown()
 
@@ -240,3 +269,17 @@ def test_sigterm_in_train_on_ray_checkpoints_and_the_line_resumes(tmp_path):
     it = int(latest.split("_")[1])
     assert main([*resume[1:], f"train.total_steps={(it + 1) * 64}"]) == 0  # 8 envs x 8 steps an iteration
     assert (run / "checkpoints" / "latest").read_text().strip() == f"iter_{it + 1:06d}"
+
+
+def test_a_role_that_cannot_be_rebuilt_ends_the_run_in_one_line(tmp_path):
+    """What the Ray trainer raises when RevivalError reaches it: one line (a CheckpointError,
+    so the CLI prints it and exits 2) with the last checkpoint and the command that resumes."""
+    from embodied.distributed.trainer import roles_lost
+    from embodied.run.checkpoint import CheckpointError
+
+    lost = RevivalError("env worker 1 could not be rebuilt: each of 3 new ones died before answering")
+    e = roles_lost(lost, tmp_path / "checkpoints" / "iter_000004", tmp_path)
+    assert isinstance(e, CheckpointError) and "\n" not in str(e)
+    assert str(e).startswith(str(lost)) and "(last checkpoint iter_000004)" in str(e)
+    assert str(e).endswith(f" train --resume {tmp_path}")
+    assert "nothing to resume from" in str(roles_lost(lost, None, tmp_path))
