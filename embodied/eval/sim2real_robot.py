@@ -217,6 +217,15 @@ def run_robot(policy: Any, rc: Any, seeds: Sequence[int], twin: Twin | None = No
             frames = [obs[cam][0].numpy()] if cam and written is None else None
             while not done:
                 chunk = policy_act(policy, obs).actions[0].float().cpu()  # [K, A], on the policy's device
+                if rc.interface == "joint_trajectory":  # the whole chunk as one trajectory, timed by the controller
+                    res = env.chunk_step(chunk[None])
+                    length += int(res.valid.sum())
+                    if frames is not None:
+                        frames.append((res.final_obs if res.final_obs is not None else res.obs)[cam][0].numpy())
+                    if bool((res.terminated | res.truncated).any()):
+                        done, success = True, bool(res.info["success"].any())
+                    obs = res.obs
+                    continue
                 for a in chunk:
                     res = env.step(a[None])
                     length += 1
