@@ -49,6 +49,9 @@ MODES = {
     "frozen_bf16_ckpt": ("vlm", 0, "bfloat16", True, "adam_fused", False),
     "lora16_bf16_ckpt": ("none", 16, "bfloat16", True, "adam_fused", False),
     "frozen_bf16_ckpt_8bit_ref": ("vlm", 0, "bfloat16", True, "adam_8bit", True),
+    # float32 frozen weights: on a CPU without bf16 instructions bf16 matmuls are several times slower
+    "frozen_ckpt": ("vlm", 0, "float32", True, "adam_fused", False),
+    "lora16_ckpt": ("none", 16, "float32", True, "adam_fused", False),
 }
 # (mode, step) in the order they run: the modes that fit one 24 GB GPU first
 ORDER = ["frozen:sft", "frozen_bf16_ckpt:sft", "frozen_bf16_ckpt:rl", "lora16_bf16_ckpt:sft", "lora16_bf16_ckpt:rl",
