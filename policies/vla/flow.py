@@ -79,7 +79,6 @@ class FlowVLA(VLAPolicy):
         if config.state_in_prefix:  # the state as one prefix token after the instruction (SmolVLA)
             self.state_proj = torch.nn.Linear(config.max_state_dim, self.prefix.width)
         self.noise_head = NoiseHead(config.expert_hidden, config.max_action_dim)
-        self._beta = torch.distributions.Beta(torch.tensor(1.5, device="cpu"), torch.tensor(1.0, device="cpu"))
 
     # -- pieces ------------------------------------------------------------------
     def encode(self, obs: dict[str, Any]) -> tuple[Prefix, torch.Tensor]:
@@ -107,7 +106,9 @@ class FlowVLA(VLAPolicy):
         prefix, state = self.encode(obs)
         a = self._pad(actions.to(self.device))
         B = a.shape[0]
-        t = self._beta.sample((B,)).to(self.device) * 0.999 + 0.001
+        # flow time t ~ Beta(1.5, 1) [B], drawn on the model's device, kept in [0.001, 1]
+        t = torch.distributions.Beta(torch.full((B,), 1.5, device=self.device),
+                                     torch.ones(B, device=self.device)).sample() * 0.999 + 0.001
         noise = torch.randn_like(a)
         x_t = t[:, None, None] * noise + (1 - t[:, None, None]) * a
         u = self.velocity(prefix, state, x_t, t)
