@@ -259,7 +259,14 @@ def parent(args) -> None:
 
 
 def table(path: str) -> None:
+    """The rows of `path` as markdown, the prediction recomputed by this checkout's policies/memory.py."""
+    from policies.memory import predict
+
     rows = [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]
+    for r in rows:
+        if r["case"] != "act" and r["mode"] in MODES:
+            cfg = preset_config(r["preset"])
+            r["predicted_gib"] = predict("flow_vla", cfg, plan_of(r["mode"], r["step"], r["batch"]))["total"] / GiB
     print("| mode | step | trainable / all (M) | predicted peak GiB | measured peak GiB | s / step (CPU s) | samples/s |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
