@@ -87,29 +87,40 @@ def test_env_workers_on_the_worker_hosts_and_weights_equal_local(cluster, tmp_pa
         assert torch.equal(a[k], b[k]), k
 
 
+class Output:
+    """A driver's stdout, read line by line in a thread: `wait_for(text, timeout)` -> seconds
+    until a line holds text (the driver still running), `text()` -> all of it so far."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc, self.lines = proc, []
+        self.reader = threading.Thread(target=lambda: self.lines.extend(proc.stdout), daemon=True)
+        self.reader.start()
+
+    def text(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for(self, text: str, timeout: float) -> float:
+        t = time.time()
+        while not any(text in line for line in self.lines):
+            assert self.proc.poll() is None, self.text()[-3000:]
+            assert time.time() - t < timeout, f"no {text!r} in {timeout}s:\n" + self.text()[-3000:]
+            time.sleep(0.2)
+        return time.time() - t
+
+
 def test_a_cut_host_is_rebuilt_and_sigint_then_keeps_the_run(cluster, tmp_path):
     """The suite's host cut: env1's link cut mid-run, its env worker is rebuilt on env0 and the
     run goes on; then Ctrl-C (SIGINT) to the driver ends it as the local trainer's does: exit
     130, the iteration checkpointed, and a last line with the command that continues."""
     run = tmp_path / "run"
     proc = train_on_head(cluster, run, "train.total_steps=1000000", "train.save_every=1000")
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
-    reader.start()
-
-    def wait_for(text: str, timeout: float) -> None:
-        t = time.time()
-        while not any(text in line for line in lines):
-            assert proc.poll() is None, "".join(lines)[-3000:]
-            assert time.time() - t < timeout, f"no {text!r} in {timeout}s:\n" + "".join(lines)[-3000:]
-            time.sleep(0.2)
-
+    out = Output(proc)
     try:
-        wait_for("roles:", 120)
+        out.wait_for("roles:", 120)
         cluster.cut("env1")
-        wait_for("lost: rebuilt", 90)
+        out.wait_for("lost: rebuilt", 90)
         time.sleep(2)  # the run goes on with the rebuilt worker
-        assert proc.poll() is None, "".join(lines)[-3000:]
+        assert proc.poll() is None, out.text()[-3000:]
         proc.send_signal(signal.SIGINT)
         proc.wait(120)
     finally:
@@ -117,8 +128,8 @@ def test_a_cut_host_is_rebuilt_and_sigint_then_keeps_the_run(cluster, tmp_path):
             proc.kill()
         cluster.restore("env1")
         cluster.restart("env1")  # for the tests after this one
-    reader.join(5)
-    text = "".join(lines)
+    out.reader.join(5)
+    text = out.text()
     last = text.strip().splitlines()[-1]
     assert proc.returncode == 130 and "stopped by SIGINT; kept " in last and "Traceback" not in text, text[-3000:]
     latest = (run / "checkpoints" / "latest").read_text().strip()
@@ -130,17 +141,8 @@ def test_a_cut_host_is_rebuilt_and_sigint_then_keeps_the_run(cluster, tmp_path):
 def test_a_lost_host_is_replaced_and_used_again_when_it_returns(cluster, tmp_path):
     run = tmp_path / "run"
     proc = train_on_head(cluster, run, "train.total_steps=6400", "train.save_every=0")
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
-    reader.start()
-
-    def wait_for(text: str, timeout: float) -> float:
-        t = time.time()
-        while not any(text in line for line in lines):
-            assert proc.poll() is None, "".join(lines)[-3000:]
-            assert time.time() - t < timeout, f"no {text!r} in {timeout}s:\n" + "".join(lines)[-3000:]
-            time.sleep(0.2)
-        return time.time() - t
+    out = Output(proc)
+    wait_for = out.wait_for
 
     try:
         wait_for("roles:", 120)
@@ -150,12 +152,12 @@ def test_a_lost_host_is_replaced_and_used_again_when_it_returns(cluster, tmp_pat
         cluster.restore("env1")
         cluster.restart("env1")  # the host returns: its Ray node starts again
         wait_for(f"moved to {cluster.ips['env1']}", 90)
-        out, _ = proc.communicate(timeout=300)
+        proc.wait(300)
     finally:
         if proc.poll() is None:
             proc.kill()
-    reader.join(5)
-    text = "".join(lines)
+    out.reader.join(5)
+    text = out.text()
     assert proc.returncode == 0, text[-3000:]
     dropped = scalars(run, "rollout/dropped_episodes")
     assert dropped[-1] >= 4 and dropped[0] == 0, dropped  # the lost worker's 4 episodes in progress
