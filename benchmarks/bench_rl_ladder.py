@@ -3,7 +3,7 @@ budgets and seeds, with per-task curves.
 
 For every seed s: expert demos of metaworld:MT10@goal (DART noise, seeded by s; the privileged
 observation holds the task's one-hot), behaviour cloning of the MLP policy on them (the SFT
-start, `python -m embodied.imitation.bc`), then one RL run per budget from that start
+start, `python -m embodied.imitation.bc`, its observation normaliser fixed at the demos'), then one RL run per budget from that start
 (`--config`, train.total_steps = budget, train.seed = s; the demos are its ppo.bc_dataset).
 Demos and SFT are reused when already in --out; a finished RL run (its summary.json) too.
 
@@ -50,7 +50,8 @@ def sft_start(seed: int, out: Path, demos: int, noise: float, bc_steps: int) -> 
     bc = out / f"bc_s{seed}"
     if not (bc / "config.json").is_file():
         subprocess.run([sys.executable, "-m", "embodied.imitation.bc", str(data), "--out", str(bc),
-                        "--steps", str(bc_steps), "--seed", str(seed)], check=True, cwd=ROOT)
+                        "--steps", str(bc_steps), "--seed", str(seed), "--norm-count", "1e12"],  # a fixed normaliser
+                       check=True, cwd=ROOT)
     return data, bc
 
 
