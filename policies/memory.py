@@ -20,7 +20,8 @@ optimiser's step runs after them)
                   LM / expert layer 6 d + 4 I + 3 H dh (+ the expert's keys and values repeated
                                     to H heads over the prefix and its own tokens); frozen LM
                                     2 d + 3 I + 3 H dh; LoRA adds d + 4 r to a frozen layer
-                with checkpointing: each layer's input (d) plus one layer recomputed. A stack
+                with checkpointing: each layer's input (d) plus one layer recomputed; and the
+                backward's working gradients, the largest trained-through layer's size. A stack
                 that nothing upstream of needs a gradient through keeps nothing (freeze=vlm:
                 the prefix). The prefix's KV cache and last hidden state [T] are always kept.
                 Elements are 4 B (CPU, float32) or 2 B (bf16 autocast, or bf16 frozen weights).
@@ -122,10 +123,12 @@ def activation_bytes(policy: Any, plan: Plan, batch: int) -> dict[str, float]:
     e_vision = elem(policy.prefix.projector.weight)
     e_prefix = elem(policy.prefix.lm.get_input_embeddings().weight)
     out: dict[str, float] = {}
+    layer: list[float] = [0.0]  # one layer's activations per stack a gradient passes through
     d, I = int(v.hidden_size), int(v.intermediate_size)
     per_token = 8 * d + 2 * I if "vision" in trained else 6 * d + I + (d + lora if plan.lora_rank else 0)
     out["vision"] = batch * e_vision * _stack(int(v.num_hidden_layers), vision_tokens, per_token, d,
                                               through_vision, plan.checkpointing)
+    layer.append(batch * e_vision * vision_tokens * per_token if through_vision else 0.0)
     if "lm" in trained:
         lm_per_token = 6 * lm["d"] + 4 * lm["I"] + 3 * lm["H"] * lm["dh"]
     else:  # frozen Linears keep no input; norms, activations and attention still do
@@ -134,6 +137,7 @@ def activation_bytes(policy: Any, plan: Plan, batch: int) -> dict[str, float]:
     if policy.name == "ar_vla":  # the teacher-forced action tokens follow the prefix
         lm_tokens += cfg.chunk_size * cfg.action_dim - 1
     out["lm"] = batch * e_prefix * _stack(lm["L"], lm_tokens, lm_per_token, lm["d"], through_lm, plan.checkpointing)
+    layer.append(batch * e_prefix * lm_tokens * lm_per_token if through_lm else 0.0)
     # the prefix's outputs the expert / the loss read: per-layer keys and values, last hidden state
     out["prefix_out"] = batch * e_prefix * lm_tokens * (lm["L"] * 2 * lm["Hk"] * lm["dh"] + lm["d"])
     if hasattr(policy, "expert"):
@@ -147,6 +151,8 @@ def activation_bytes(policy: Any, plan: Plan, batch: int) -> dict[str, float]:
         keys = 2 * lm["H"] * lm["dh"] * (prefix_tokens + tokens) * lm["L"]  # repeated to H heads, per sample
         out["expert"] = batch * e_train * (_stack(lm["L"], tokens, per_token, eh, tokens > 0, plan.checkpointing)
                                            + (0 if plan.checkpointing else keys))
+        layer.append(batch * e_train * tokens * per_token)
+    out["backward"] = max(layer)  # the backward of a layer holds gradients the size of its activations
     out["inputs"] = batch * 4.0 * len(cfg.cameras) * 3 * int(v.image_size) ** 2 * 2  # resized pixels, normalised
     return out
 
