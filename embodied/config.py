@@ -104,8 +104,9 @@ class PPOConfig:
     # adam_8bit (bitsandbytes' 8-bit moments, about 2 bytes per trained parameter instead of 8)
     optimizer: Literal["adam", "adam_fused", "adam_8bit"] = "adam"
     # keep the reference (the policy the run started from) to log KL(pi || pi_ref) of every update
-    # (train/kl_ref_rollout) even without a penalty; false: no copy, no extra forward (docs/rl.md)
-    track_ref_kl: bool = True
+    # (train/kl_ref_rollout) even without a penalty; false: no copy, no extra forward; null (auto):
+    # on for policies of at most 100M parameters, whose copy is cheap (docs/rl.md)
+    track_ref_kl: bool | None = None
     # advantages normalised within each task of a multi-task batch (mean 0, std 1 per task; GRPO:
     # the group-relative ones divided by their task's std) in place of the per-minibatch normalisation
     per_task_advantages: bool = False

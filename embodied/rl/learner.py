@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 from policies.normalizer import RunningNormalizer
 
 
+TRACK_REF_MAX_PARAMS = 100_000_000  # ppo.track_ref_kl null: a reference copy for policies up to this size
+
+
 def flatten_time(x: torch.Tensor) -> torch.Tensor:
     """[T, B, ...] -> [T * B, ...]."""
     return x.reshape(-1, *x.shape[2:])
@@ -131,7 +134,9 @@ class PolicyGradientLearner:
         self.bf16 = uses_bf16(policy, self.device)
         # ppo.kl_ref_coef: the policy as built, frozen (not saved: a resumed run builds it again);
         # ppo.track_ref_kl keeps it to log the KL to it (train/kl_ref_rollout) without a penalty
-        keep_ref = cfg.kl_ref_coef > 0 or cfg.track_ref_kl
+        track = (cfg.track_ref_kl if cfg.track_ref_kl is not None
+                 else sum(p.numel() for p in policy.parameters()) <= TRACK_REF_MAX_PARAMS)
+        keep_ref = cfg.kl_ref_coef > 0 or track
         # (its frozen weights are the policy's own: policies/vla/modes.py shared_reference)
         self.reference = shared_reference(policy) if keep_ref else None
         self.demos = None  # ppo.bc_coef > 0: a DemoSampler (embodied/rl/demos.py), set by the registry
