@@ -99,6 +99,8 @@ def take_envs(traj: Trajectory, rows: slice | torch.Tensor) -> Trajectory:
         elif f.name == "instructions":  # T lists of B strings
             idx = range(len(v[0]))[rows] if isinstance(rows, slice) else rows.tolist()
             out[f.name] = [[step[i] for i in idx] for step in v] if v and v[0] else v
+        elif f.name == "tasks":  # B labels
+            out[f.name] = [v[i] for i in (range(len(v))[rows] if isinstance(rows, slice) else rows.tolist())]
         elif isinstance(v, dict):  # obs, replay: [T, B, ...]
             out[f.name] = {k: x[:, rows] for k, x in v.items()}
         else:  # [T, B, ...]
