@@ -39,7 +39,7 @@ class DemoSampler:
 def demo_sampler(cfg: Any, policy: Any) -> DemoSampler | None:
     """The sampler of cfg.ppo.bc_dataset for `policy` (its chunk size and cameras), or None with
     ppo.bc_coef = 0. ConfigError (one line) for a missing dataset or a policy without sft_loss."""
-    from embodied.config import ConfigError
+    from embodied.config_loader import ConfigError
 
     pc = cfg.ppo
     if pc.bc_coef <= 0:

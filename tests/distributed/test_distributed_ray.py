@@ -264,10 +264,11 @@ def test_sigterm_in_train_on_ray_checkpoints_and_the_line_resumes(tmp_path):
     assert code == 143 and "stopped by SIGTERM; kept " in last and "Traceback" not in err, err[-3000:]
     latest = (run / "checkpoints" / "latest").read_text().strip()
     assert f"checkpoints/{latest}" in last and int(latest.split("_")[1]) >= 1, last
-    resume = shlex.split(last.split("; continue with: ", 1)[1])
-    assert resume[1:] == ["train", "--resume", str(run)], last
+    resume = shlex.split(last.split("; continue with: ", 1)[1])  # PROGRAM... train --resume RUN
+    resume = resume[resume.index("train"):]
+    assert resume == ["train", "--resume", str(run)], last
     it = int(latest.split("_")[1])
-    assert main([*resume[1:], f"train.total_steps={(it + 1) * 64}"]) == 0  # 8 envs x 8 steps an iteration
+    assert main([*resume, f"train.total_steps={(it + 1) * 64}"]) == 0  # 8 envs x 8 steps an iteration
     assert (run / "checkpoints" / "latest").read_text().strip() == f"iter_{it + 1:06d}"
 
 

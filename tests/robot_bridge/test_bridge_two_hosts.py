@@ -52,11 +52,11 @@ def learner(out: Path, stop: Path, seconds: float) -> None:
     log = open(out, "a", buffering=1)
 
     class LoggedEnv(RobotEnv):
-        def _publish(self, cmd: np.ndarray) -> None:
+        def _publish(self, cmd: np.ndarray, start: np.ndarray) -> None:  # cmd [K, A] (K = 1: a step)
             wall, t = time.time(), time.monotonic()  # before it leaves (the robot's states stamped
-            super()._publish(cmd)                     # before `wall` are what it saw)
-            log.write(json.dumps({"k": "cmd", "t": t, "wall": wall,
-                                  "a": [float(v) for v in cmd]}) + "\n")
+            super()._publish(cmd, start)              # before `wall` are what it saw)
+            for c in np.atleast_2d(cmd):
+                log.write(json.dumps({"k": "cmd", "t": t, "wall": wall, "a": [float(v) for v in c]}) + "\n")
 
     env = LoggedEnv(RobotEnvConfig(task="Reach", privileged_topic="/privileged", privileged_dim=15, transport="dds",
                                    control_hz=CONTROL_HZ, max_episode_steps=50, obs_timeout_s=1.0,
