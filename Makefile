@@ -49,9 +49,10 @@ test: setup maniskill libero ros2 metaworld
 	$(PY) -m pytest -q -rs -n 2 --dist loadscope --no-loadscope-reorder --durations=15 -m "not scale and not bench_cluster" --max-skips-from-readme tests
 
 # The tests marked `scale` (pyproject.toml), out of `make test` for its 15 minutes: the VLA lift
-# checks (PPO + Flow-Noise, two-task GRPO, AR token PPO, Flow-SDE), the instruction-following SFT
-# check, on-robot RL's lift on the twin, the VLA pipeline on ManiSkill, the labelled-node Ray
-# cluster; about 10 minutes on 2 cores.
+# checks (PPO + Flow-Noise, two-task GRPO, AR token PPO, Flow-SDE), state PPO solving PushCube,
+# the instruction-following SFT check, on-robot RL's lift and two of its fault checks, the VLA
+# pipeline and the mplib demos on ManiSkill, the longer Ray equalities and its SIGTERM, and the
+# other checks listed in docs/results/suite.md (with each one's time in the suite).
 .PHONY: bench-scale
 bench-scale: setup maniskill
 	$(PY) -m pytest -q -n 2 --dist loadscope -m scale tests

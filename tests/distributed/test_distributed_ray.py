@@ -149,6 +149,7 @@ def test_killed_env_worker_is_restarted_and_its_episodes_dropped():
         backend.shutdown()
 
 
+@pytest.mark.scale  # make bench-scale: the suite keeps gloo data parallelism locally (test_distributed_dp.py)
 def test_two_ray_learners_equal_one_local_learner():
     """learner.count=2: two LearnerWorker actors in one gloo group, each on half the envs."""
     cfg = load_config(None, TINY + ["ppo.minibatches=1", "ppo.normalize_advantages=false"])
@@ -159,6 +160,7 @@ def test_two_ray_learners_equal_one_local_learner():
         torch.testing.assert_close(two["weights"][k], v, rtol=1e-5, atol=1e-6, msg=k)
 
 
+@pytest.mark.scale  # make bench-scale: the suite keeps a stale schedule on Ray in test_embodied_train_on_ray_resumes_on_local_exactly
 def test_stale_schedule_on_ray_equals_local():
     cfg = load_config(None, TINY)
     local = train_roles(cfg, preset("collocated", 1), "local", iterations=4, max_staleness=2)
@@ -231,6 +233,7 @@ def test_bad_learner_restarts_is_one_line(tmp_path, capsys):
                    "(0: a dead learner ends the run)")
 
 
+@pytest.mark.scale  # make bench-scale, for the suite's 15 minutes (docs/results/suite.md)
 def test_flow_vla_on_ray_equals_local(tmp_path):
     """Synchronous roles (two pipeline stages, two env workers): backend local runs every role
     in this process, backend ray in actors, and both end with identical weights."""
@@ -246,6 +249,7 @@ def test_flow_vla_on_ray_equals_local(tmp_path):
     assert local["history"][0]["approx_kl"] == remote["history"][0]["approx_kl"]
 
 
+@pytest.mark.scale  # make bench-scale, for the suite's 15 minutes (docs/results/suite.md)
 def test_sigterm_in_train_on_ray_checkpoints_and_the_line_resumes(tmp_path):
     """`embodied train ... train.backend=ray` (a driver process attached to this machine's Ray)
     ended by SIGTERM, as the local trainer's is in tests/run/test_lost_work.py: exit 143, the

@@ -212,6 +212,7 @@ def test_robot_that_does_not_answer_keeps_the_simulated_episodes(reach_run, tmp_
     assert [e["condition"] for e in data["episodes"]] == ["nominal"] * 4 and (out / "report.md").is_file()
 
 
+@pytest.mark.scale  # make bench-scale, for the suite's 15 minutes (docs/results/suite.md)
 def test_maniskill_checkpoint_sweeps_its_knobs(tmp_path, capsys):
     """A ManiSkill checkpoint sweeps the knobs ManiSkill supports (mass: per env on physx_cpu);
     a knob it lacks, or the MuJoCo twin, is a one-line error before anything runs."""

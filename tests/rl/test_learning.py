@@ -20,6 +20,7 @@ def run(tmp_path, config, *overrides):
     return train(cfg)
 
 
+@pytest.mark.scale  # make bench-scale, for the suite's 15 minutes (docs/results/suite.md)
 def test_ppo_solves_pushcube(tmp_path):
     """The recipe (reward scaling, 5 epochs x 8 minibatches) at 200k env steps. Final success
     of `embodied train configs/ppo/ppo_pushcube.yaml train.total_steps=200000 train.seed=S

@@ -45,6 +45,7 @@ def test_same_seed_same_result(tmp_path):
     assert not torch.equal(other["actor.0.weight"], runs[0]["actor.0.weight"])
 
 
+@pytest.mark.scale  # make bench-scale, for the suite's 15 minutes (docs/results/suite.md)
 def test_killed_and_resumed_run_matches_uninterrupted(tmp_path):
     steps = ["train.total_steps=12288", "train.save_every=1"]  # 48 iterations of 256 steps
     cfg = load_config(None, TINY + steps + [f"train.run_dir={tmp_path / 'full'}"])

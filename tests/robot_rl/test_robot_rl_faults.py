@@ -116,6 +116,7 @@ def _learner_rows(run: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
+@pytest.mark.scale  # make bench-scale, for the suite's 15 minutes (docs/results/suite.md)
 def test_learner_killed_actor_goes_on_and_a_new_learner_resumes(world):
     from embodied.robot_rl.data import dataset_transitions
 
@@ -188,6 +189,7 @@ def test_twin_killed_gives_one_line_and_the_episodes_stay(world):
     assert len(eps) >= 2 and all(len(e["action"]) >= 1 for e in eps)
 
 
+@pytest.mark.scale  # make bench-scale, for the suite's 15 minutes (docs/results/suite.md)
 def test_hold_sends_nothing_while_the_learner_is_gone(world):
     run, checker = world["run"], world["checker"]
     assert world["start"]("init").wait(120) == 0

@@ -103,6 +103,7 @@ def test_residual_config_and_camera_errors_are_one_line(vla_dir, tmp_path):
     twin.close()
 
 
+@pytest.mark.scale  # make bench-scale, for the suite's 15 minutes (docs/results/suite.md)
 def test_finetune_robot_runs_a_residual_and_the_learner_rebuilds_it(vla_dir, tmp_path):
     """Actor and learner processes, lockstep, 3 training episodes: the residual's weights reach
     the actor; every recorded action is within the bound of its base action; the learner reads

@@ -170,12 +170,13 @@ def test_sigint_in_sft_keeps_the_state_and_resume_continues_it(reach_rgb, tmp_pa
 
     run = tmp_path / "sft"
     cmd = ["sft", "configs/sft/sft_reach_flow.yaml", f"dataset={reach_rgb}", f"run_dir={run}", "steps=100000",
-           "batch_size=8", "eval_every=0", "eval_episodes=0", "save_every=0"]
-    code, err = _run_until(cmd, lambda: any(run.glob("tb/*")), signal.SIGINT, tmp_path)
+           "batch_size=8", "eval_every=0", "eval_episodes=0", "save_every=1"]  # step_0000001: the loop runs
+    code, err = _run_until(cmd, lambda: (run / "step_0000001").is_dir(), signal.SIGINT, tmp_path)
     assert code == 130
     last, resume = _stopped_line(err, signal.SIGINT)
     assert resume == ["sft", "--resume", str(run)], last
-    (stopped,) = run.glob("step_*")
+    kept = sorted(run.glob("step_*"))
+    stopped = kept[-1]
     n = int(stopped.name.split("_")[1])
     assert f"after step {n} of 100000 in {stopped}" in last and (stopped / "model.safetensors").is_file()
     before = {p.name: p.stat().st_mtime_ns for p in stopped.iterdir()}
@@ -183,7 +184,7 @@ def test_sigint_in_sft_keeps_the_state_and_resume_continues_it(reach_rgb, tmp_pa
     assert f"resumed at step {n} of {n + 4}" in capsys.readouterr().out
     assert {p.name: p.stat().st_mtime_ns for p in stopped.iterdir()} == before  # never rewritten
     assert (run / "final" / "model.safetensors").is_file()
-    later = sorted(p for p in run.glob("step_*") if p != stopped)
+    later = sorted(p for p in run.glob("step_*") if p not in kept)
     assert [int(p.name.split("_")[1]) for p in later] == [k for k in range(n + 1, n + 4) if k % 2 == 0]
     state = torch.load(later[-1] / "trainer.pt", weights_only=False)
     adam_steps = {float(v["step"]) for v in state["optimizer"]["state"].values()}

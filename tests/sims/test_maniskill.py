@@ -41,6 +41,7 @@ def test_rgb_obs_and_render():
     env.close()
 
 
+@pytest.mark.scale  # make bench-scale, for the suite's 15 minutes (docs/results/suite.md)
 def test_worker_processes_match_in_process():
     """Several single-env worker processes behind the interface give the in-process results."""
     envs = [make_env("ms:PushCube-v1", 3, num_threads=n, max_episode_steps=4) for n in (1, 2)]
@@ -71,7 +72,8 @@ def test_instructions_from_templates():
     env.close()
 
 
-@pytest.mark.parametrize("task", ["ms:PickCube-v1", "ms:PushCube-v1"])
+# PushCube's in `make bench-scale` (the suite's 15 minutes); PickCube's in the suite
+@pytest.mark.parametrize("task", ["ms:PickCube-v1", pytest.param("ms:PushCube-v1", marks=pytest.mark.scale)])
 def test_expert_demos_through_collect(task, tmp_path):
     """The scripted experts (the waypoints of ManiSkill's motion-planning solutions) feed
     `embodied collect` and succeed in at least 90% of episodes."""

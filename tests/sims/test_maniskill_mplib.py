@@ -85,6 +85,7 @@ def test_pose_inside_the_table_is_a_failure_with_a_reason(planner):
     assert path is None and "screw" in reason and "pose" in reason, reason
 
 
+@pytest.mark.scale  # make bench-scale, for the suite's 15 minutes (docs/results/suite.md)
 @pytest.mark.parametrize("task", ["ms:PickCube-v1@pd_joint_delta_pos", "ms:PushCube-v1@pd_joint_delta_pos"])
 def test_mplib_expert_demos_through_collect(task, tmp_path):
     """The motion-planning experts feed `embodied collect` and succeed in at least 90% of episodes;

@@ -102,6 +102,7 @@ def test_action_noise_has_its_std():
     assert (r.action(np.ones((256, 7)), None) <= 1.0).all()  # clipped to the action box
 
 
+@pytest.mark.scale  # make bench-scale, for the suite's 15 minutes (docs/results/suite.md)
 def test_seeded_reproducible_and_the_same_in_worker_processes(plain):
     block = {"friction": [0.5, 1.5], "mass": [0.5, 2.0], "actuator_gain": [0.7, 1.3],
              "latency_steps": [0, 2], "action_noise": [0.0, 0.2], "obs_noise": [0.0, 0.01]}

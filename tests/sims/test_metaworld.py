@@ -157,6 +157,7 @@ def test_pixels_cameras_and_size():
         env.close()
 
 
+@pytest.mark.scale  # make bench-scale, for the suite's 15 minutes (docs/results/suite.md)
 @needs_mw
 def test_envs_of_a_task_share_a_renderer_pixel_exactly():
     """A worker renders all envs of one task with one renderer; the second env of each MT10 task
