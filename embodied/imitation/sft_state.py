@@ -54,7 +54,7 @@ def newest(run: Path) -> Path:
 def read(step_dir: Path, device: torch.device | str = "cpu") -> dict:
     """trainer.pt of step_dir (tensors on device)."""
     try:
-        return torch.load(step_dir / STATE, map_location=device, weights_only=False)
+        return torch.load(step_dir / STATE, map_location=device, weights_only=True)
     except Exception as e:  # noqa: BLE001 (a truncated or foreign file)
         raise ConfigError(f"--resume: {step_dir / STATE} does not load ({type(e).__name__}); allowed: a step "
                           f"directory written by `embodied sft`") from None

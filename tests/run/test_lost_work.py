@@ -186,7 +186,7 @@ def test_sigint_in_sft_keeps_the_state_and_resume_continues_it(reach_rgb, tmp_pa
     assert (run / "final" / "model.safetensors").is_file()
     later = sorted(p for p in run.glob("step_*") if p not in kept)
     assert [int(p.name.split("_")[1]) for p in later] == [k for k in range(n + 1, n + 4) if k % 2 == 0]
-    state = torch.load(later[-1] / "trainer.pt", weights_only=False)
+    state = torch.load(later[-1] / "trainer.pt", weights_only=True)
     adam_steps = {float(v["step"]) for v in state["optimizer"]["state"].values()}
     assert state["step"] == int(later[-1].name.split("_")[1]) and adam_steps == {float(state["step"])}
     events = EventAccumulator(str(run / "tb")).Reload()
