@@ -1,6 +1,6 @@
 """`embodied sim2real CHECKPOINT... --task T [--twin PRESET | --robot FILE] [--sweep FILE] --out DIR`.
 
-Every checkpoint is evaluated on the same seeds (embodied.rl.loop_parts.eval_seeds: the seeds of
+Every checkpoint is evaluated on the same seeds (embodied.run.env.eval_seeds: the seeds of
 `embodied eval` and `embodied serve`), one episode per seed, deterministic actions:
   nominal        simulation without randomisation, batched (--num-envs envs at once);
   <knob>=<v>     simulation with one knob fixed at v, for each value of each axis of the sweep
@@ -96,7 +96,7 @@ def conditions_of(sweep: dict[str, list[float]], robot: str | None) -> dict[str,
 
 def sim_env(ck: Checkpoint, cond: dict, num_envs: int) -> Any:
     """The checkpoint's own observation setup; no randomisation, or the one swept knob fixed."""
-    from embodied.rl.loop_parts import build_env
+    from embodied.run.env import build_env
 
     block = None
     if cond["kind"] == "sweep":
@@ -133,7 +133,7 @@ def first_failure_video(ck: Checkpoint, cond: dict, seed: int, path: Path) -> Pa
 
 def protocol_of(cks: list[Checkpoint], task: str, seeds: list[int], sweep: dict, robot: dict | None,
                 chunk: dict[str, int], num_envs: int) -> dict:
-    from embodied.rl.loop_parts import build_env
+    from embodied.run.env import build_env
 
     spec_env = build_env(dataclasses.replace(cks[0].cfg.env, randomization=None, reality=None), 1)
     control_hz, max_steps = spec_env.spec.control_hz, spec_env.spec.max_episode_steps
@@ -168,7 +168,7 @@ def sim2real(checkpoints: list[str], task: str, out: str | Path, trials: int = 1
     """Evaluate, write out/results.json and out/report.md; returns the report's path."""
     from embodied.eval.report import write_report
     from embodied.eval.results_file import write_results
-    from embodied.rl.loop_parts import eval_seeds
+    from embodied.run.env import eval_seeds
     from sims.mujoco.randomization import RandomizationError, load_preset
 
     if trials < 1 or num_envs < 1:
@@ -202,9 +202,6 @@ def sim2real(checkpoints: list[str], task: str, out: str | Path, trials: int = 1
     resolve_device(device, "--device")  # a bad --device fails before anything runs
     cks = load_checkpoints(checkpoints, task, device)
     for c in cks if twin else []:  # one twin process serves every checkpoint
-        if len(observed_cameras(c.cfg)) > 1:
-            raise Sim2RealError(f"--twin: the twin publishes one camera; checkpoint {c.label} reads "
-                                f"{list(observed_cameras(c.cfg))}; allowed: checkpoints of at most one camera")
         if _view(c) != _view(cks[0]):
             raise Sim2RealError(f"--twin: checkpoint {c.label} sees {_view(c)}, {cks[0].label} sees "
                                 f"{_view(cks[0])} (cameras, image size); allowed: one view for every checkpoint")

@@ -152,6 +152,30 @@ def test_twin_over_dds_repeats_simulation_seed_for_seed(reach_run, tmp_path, cap
             _check_robot_video(out, twin_eps, "twin_twin_gap")
 
 
+def test_twin_serves_a_policy_of_two_cameras(tmp_path, capsys, dds_env):
+    """The twin publishes every camera of the task (front on /camera/image_raw, wrist under
+    /camera/wrist/): a CNN that reads both sees the twin's frames, and without a reality gap its
+    episodes repeat the simulation's seed for seed."""
+    from embodied.config import load_config
+    from embodied.rl.train import train
+
+    run_dir = tmp_path / "run"
+    train(load_config(ROOT / "configs" / "ppo" / "ppo_pushcube_rgb.yaml",
+                      ["env.task=Reach", "env.cameras=[front,wrist]", "env.image_size=48", "env.num_envs=4",
+                       "ppo.rollout_steps=8", "train.total_steps=32", f"train.run_dir={run_dir}",
+                       "train.progress=false", "train.eval_every=0", "train.video_episodes=0", "train.save_every=1"]))
+    preset = tmp_path / "no_gap.yaml"
+    preset.write_text("description: nominal\nvalues: {}\n")
+    out = tmp_path / "out"
+    rc, err = _sim2real([str(run_dir / "checkpoints" / "iter_000001"), "--task", "Reach", "--twin", str(preset),
+                         "--trials", "4", "--num-envs", "4", "--no-videos", "--out", str(out)], capsys)
+    assert rc == 0, err
+    episodes = json.loads((out / "results.json").read_text())["episodes"]
+    sim = [(e["seed"], e["success"], e["length"]) for e in episodes if e["condition"] == "nominal"]
+    twin = [(e["seed"], e["success"], e["length"]) for e in episodes if e["condition"] == "twin:no_gap"]
+    assert len(sim) == 4 and twin == sim
+
+
 def _check_robot_video(out, episodes, prefix):
     """The first failed robot episode's video: the reset's frame and one per step,
     from the twin's front camera (64 x 64) although the policy reads no camera; listed in the report."""
