@@ -26,7 +26,9 @@ and a robot streaming states both work, and a step after a late reply is back in
 command whose step timed out is answered (a newer state) before the next one is checked.
 Episodes end on success (topic, classifier or operator) or after max_episode_steps; reset by
 topic (std_msgs/Int64 seed, acknowledged on reset_done_topic), service (std_srvs/Trigger) or
-operator prompt.
+operator prompt. After a reset every topic is read from messages received after the
+acknowledgement (an instruction topic: the one received within INSTRUCTION_WAIT_S, else the
+latest), so no part of the first observation is from the episode before.
 A received message that cannot be used (a joint state without the configured joints, lengths
 that disagree, NaN or inf; a privileged vector of the wrong size; an image that does not fit
 its encoding, or does not decode) is dropped with a logged warning, never raised: the last
@@ -50,6 +52,8 @@ from robot_bridge.safety import SafetyFilter
 from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, Received, Transport
 from robot_bridge.transport_factory import make_transport
 from sims.vecenv import ChunkStepResult, EnvError, EnvSpec, Obs, Seed, StepResult, VecEnv
+
+INSTRUCTION_WAIT_S = 0.5  # after a reset, how long an instruction topic may take to give the episode's own
 
 
 def _dropped(sub: Any) -> str:
@@ -154,32 +158,40 @@ class RobotEnv(VecEnv):
             latest, seq = got, got.seq
         return latest
 
-    def _need(self, sub: Any, what: str) -> Received:
-        got = sub.latest() or sub.wait_newer(0, self.cfg.obs_timeout_s)
+    def _need(self, sub: Any, what: str, after: float | None = None) -> Received:
+        """The latest message of sub; after a reset (after: the acknowledgement's receive time) the
+        latest one received after it, so that no topic gives the state from before the reset."""
+        if after is not None:
+            got = sub.wait_after(after, self.cfg.obs_timeout_s)
+        else:
+            got = sub.latest() or sub.wait_newer(0, self.cfg.obs_timeout_s)
         if got is None:
             raise EnvError(f"robot: nothing received on {sub.topic} ({what}) within {self.cfg.obs_timeout_s:.1f} s"
                            + _dropped(sub))
         return got
 
-    def _observe(self, js: Received) -> Obs:
+    def _observe(self, js: Received, after: float | None = None) -> Obs:
+        """The observation of joint state js and every other topic's latest message (received after
+        `after`, the reset's acknowledgement, when given)."""
         c = self.cfg
         state = self.st.vector(js.msg)
         obs: Obs = {"state": torch.from_numpy(state.astype(np.float32))[None]}
         if self._priv is not None:
-            p = rt.float64_array_values(self._need(self._priv, "privileged").msg).reshape(-1)
+            p = rt.float64_array_values(self._need(self._priv, "privileged", after).msg).reshape(-1)
             if p.size != c.privileged_dim:
                 raise EnvError(f"privileged: expected {c.privileged_dim} values, got {p.size}")
             obs["privileged"] = torch.from_numpy(p.astype(np.float32))[None]
         if self._pose is not None:
-            ps = self._need(self._pose, "ee pose").msg.pose
+            ps = self._need(self._pose, "ee pose", after).msg.pose
             obs["ee_pose"] = torch.tensor([[ps.position.x, ps.position.y, ps.position.z, ps.orientation.w,
                                             ps.orientation.x, ps.orientation.y, ps.orientation.z]], dtype=torch.float32)
         for cam, sub in self._images.items():
-            rgb = self._frame(cam, self._need(sub, "camera").msg)  # uint8 [H, W, 3]
+            rgb = self._frame(cam, self._need(sub, "camera", after).msg)  # uint8 [H, W, 3]
             obs[f"rgb_{cam}"] = torch.from_numpy(rgb)[None]
         instr = c.instruction
-        if self._instr is not None and self._instr.latest() is not None:
-            instr = self._instr.latest().msg.data
+        if self._instr is not None and self._instr.latest() is not None:  # after a reset: the episode's own
+            got = self._instr.wait_after(after, INSTRUCTION_WAIT_S) if after is not None else None
+            instr = (got or self._instr.latest()).msg.data  # instruction if one comes within 0.5 s
         obs["instruction"] = [instr]
         self._stamp = rt.stamp_seconds(js.msg.header.stamp)
         self._pos = state[:self.st.n_pos].copy()  # float64 positions the safety filter checks against
@@ -225,7 +237,7 @@ class RobotEnv(VecEnv):
             self.safety.hold_gripper = self.st.grip
         self._elapsed = 0
         self._unanswered = False
-        self._obs = self._observe(js)
+        self._obs = self._observe(js, after=acked)
         return self._obs, {}
 
     # ------------------------------------------------------------------ stepping

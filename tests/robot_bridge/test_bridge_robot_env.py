@@ -263,3 +263,55 @@ def test_unusable_joint_states_are_dropped_not_raised(dds_env):
     finally:
         env.close()
         robot.close()
+
+
+class LateTopicsRobot(FakeRobot):
+    """After a reset it acknowledges and publishes the joint state at once, the privileged vector,
+    the camera frame and the instruction only 0.3 s later; until then their topics hold the episode
+    before's (the heartbeat of a driver whose topics come from different nodes)."""
+
+    def __init__(self):
+        self.episode = 0
+        super().__init__()
+        self.priv = self.tr.publisher("/privileged", "std_msgs/msg/Float64MultiArray", SENSOR_QOS)
+        self.img = self.tr.publisher("/camera/image_raw", "sensor_msgs/msg/Image", SENSOR_QOS)
+        self.instr = self.tr.publisher("/instruction", "std_msgs/msg/String", SENSOR_QOS)
+        self.publish_others()
+
+    def publish_others(self) -> None:
+        e = self.episode
+        self.priv.publish(rt.float64_array(np.full(3, float(e))))
+        self.img.publish(rt.image(np.full((8, 8, 3), 10 * e, np.uint8), frame_id="front", t=1000.0 + e))
+        self.instr.publish(rt.scalar("std_msgs/msg/String", f"episode {e}"))
+
+    def _loop(self) -> None:
+        last_reset = 0
+        while not self.stop.is_set():
+            self.wake.wait(0.05)
+            self.wake.clear()
+            r = self.reset_sub.latest()
+            if r is not None and r.seq > last_reset:
+                last_reset = r.seq
+                self.done_pub.publish(rt.scalar("std_msgs/msg/Int64", r.msg.data))
+                self.publish()
+                time.sleep(0.3)
+                self.episode += 1
+            if hasattr(self, "priv"):
+                self.publish_others()
+
+
+def test_the_first_observation_after_a_reset_has_no_topic_from_the_episode_before(dds_env):
+    """RobotEnv.reset reads every topic from messages received after the acknowledgement: a
+    privileged vector, camera frame or instruction still from the last episode is not taken."""
+    robot = LateTopicsRobot()
+    env = _env(privileged_topic="/privileged", privileged_dim=3, image_topics={"front": "/camera/image_raw"},
+               image_size=(8, 8), instruction_topic="/instruction", obs_timeout_s=2.0)
+    try:
+        for episode in (1, 2):
+            obs, _ = env.reset(seed=episode)
+            assert obs["privileged"].tolist() == [[float(episode)] * 3]
+            assert int(obs["rgb_front"][0, 0, 0, 0]) == 10 * episode
+            assert obs["instruction"] == [f"episode {episode}"]
+    finally:
+        env.close()
+        robot.close()
