@@ -20,6 +20,7 @@ from mujoco.batch import Batch
 
 from sims.mujoco import handles as hd
 from sims.mujoco.control import ACTION_DIM, apply_action
+from sims.mujoco.options import CAMERAS, OBS_MODES, REWARD_MODES, SUCCESS_BONUS, check_choice, check_options, parse_size
 from sims.mujoco.randomization import RandomizationError, resolve
 from sims.mujoco.randomizer import Randomizer
 from sims.mujoco.scene import COLOR_RGBA, build_model
@@ -27,28 +28,8 @@ from sims.mujoco.seeding import parse_env_ids, parse_seeds, sample_seeded, strea
 from sims.mujoco.tasks.base import STATE_DIM, Task, state_obs
 from sims.vecenv import ChunkStepResult, EnvError, EnvSpec, Obs, Seed, StepResult, VecEnv, check_action
 
-OBS_MODES = ("state", "rgb")
-REWARD_MODES = ("dense", "sparse", "staged")
-SUCCESS_BONUS = 1.0
-CAMERAS = ("front", "wrist")
+__all__ = ["CAMERAS", "OBS_MODES", "REWARD_MODES", "SUCCESS_BONUS", "MujocoVecEnv", "check_choice", "parse_size"]
 _STAGE = mujoco.mjtStage
-
-
-def check_choice(field: str, value: Any, allowed: Sequence[str]) -> None:
-    if value not in allowed:
-        raise EnvError(f"{field}: unknown value {value!r}; allowed: {', '.join(allowed)}")
-
-
-def parse_size(field: str, value: Any) -> tuple[int, int]:
-    if isinstance(value, (int, np.integer)):
-        value = (value, value)
-    try:
-        h, w = (int(v) for v in value)
-    except (TypeError, ValueError):
-        raise EnvError(f"{field}: expected (H, W), got {value!r}") from None
-    if not (8 <= h <= 1024 and 8 <= w <= 1024):
-        raise EnvError(f"{field}: H and W must be in [8, 1024], got {(h, w)}")
-    return h, w
 
 
 class MujocoVecEnv(VecEnv):
@@ -73,16 +54,7 @@ class MujocoVecEnv(VecEnv):
                  seed: int | None = None, max_episode_steps: int | None = None,
                  device: str | torch.device = "cpu", randomization: Any = None,
                  reality: str | None = None):
-        check_choice("obs_mode", obs_mode, OBS_MODES)
-        check_choice("reward_mode", reward_mode, REWARD_MODES)
-        for cam in cameras:
-            check_choice("cameras", cam, CAMERAS)
-        if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
-            raise EnvError(f"num_envs: expected a positive int, got {num_envs!r}")
-        substeps = round(1.0 / (control_hz * timestep)) if control_hz > 0 and timestep > 0 else 0
-        if substeps < 1 or abs(substeps * timestep * control_hz - 1.0) > 1e-6:
-            raise EnvError(f"control_hz/timestep: 1/(control_hz*timestep) must be a positive "
-                           f"integer, got control_hz={control_hz}, timestep={timestep}")
+        substeps = check_options(num_envs, obs_mode, reward_mode, cameras, control_hz, timestep)
         self.image_size = parse_size("image_size", image_size)
         self.render_size = parse_size("render_size", render_size)
         self.task = task
