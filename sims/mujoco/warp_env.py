@@ -6,7 +6,8 @@ arrays (`wp.to_torch`), on `device` (CUDA, or warp's CPU device for development 
 
 Per control step on the device: the action becomes actuator targets, `substeps` physics steps
 run (captured once as a graph), the task's success, failure, progress and reward,
-the observations, and RGB frames of the task's cameras from MuJoCo Warp's batched ray tracer.
+the observations, and RGB frames of the task's cameras from MuJoCo Warp's batched ray tracer
+(the worlds, their graphs and frames: sims/mujoco/warp_worlds.py).
 
 Read back to the host each step (the only device-to-host copies): the done flags, bool [B] (one
 per chunk substep in `chunk_step`), and whether the action was finite. Envs that finished draw
@@ -20,41 +21,23 @@ the camera and light knobs are not on this backend yet and are refused in one li
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import os
-import sys
-from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
-import mujoco
 import numpy as np
 import torch
 
 from sims.mujoco import handles as hd
 from sims.mujoco.control import ACTION_DIM, apply_action
+from sims.mujoco.options import CAMERAS, SUCCESS_BONUS, check_choice, check_options, parse_size
 from sims.mujoco.randomization import RandomizationError, resolve
-from sims.mujoco.env import CAMERAS, OBS_MODES, REWARD_MODES, SUCCESS_BONUS, check_choice, parse_size
 from sims.mujoco.scene import COLOR_RGBA, build_model
 from sims.mujoco.seeding import parse_env_ids, parse_seeds, sample_seeded, stream_from
 from sims.mujoco.tasks.base import STATE_DIM, Task, state_obs
 from sims.mujoco.warp_randomizer import BATCHED, WARP_KNOBS, WarpRandomizer, unsupported
+from sims.mujoco.warp_worlds import WarpWorlds
 from sims.vecenv import ChunkStepResult, EnvError, EnvSpec, Obs, Seed, StepResult, VecEnv, check_action
-
-NCONMAX = 48  # contacts per world: two boxes on a plane and between the fingers, with room
-NJMAX = 256  # constraint rows per world (pyramidal friction cones, joint limits, the finger equality)
-
-
-def _warp():
-    """Import warp with its kernel cache beside the interpreter's packages (the venv), unless the
-    user set WARP_CACHE_PATH: kernels compile once per venv, not once per process."""
-    os.environ.setdefault("WARP_CACHE_PATH", str(Path(sys.prefix) / "warp-cache"))
-    import warp as wp
-
-    wp.config.quiet = True
-    wp.init()
-    return wp
 
 
 class WarpVecEnv(VecEnv):
@@ -71,10 +54,7 @@ class WarpVecEnv(VecEnv):
                  seed: int | None = None, max_episode_steps: int | None = None,
                  device: str | torch.device = "cpu", randomization: Any = None,
                  reality: str | None = None):
-        check_choice("obs_mode", obs_mode, OBS_MODES)
-        check_choice("reward_mode", reward_mode, REWARD_MODES)
-        for cam in cameras:
-            check_choice("cameras", cam, CAMERAS)
+        substeps = check_options(num_envs, obs_mode, reward_mode, cameras, control_hz, timestep)
         try:
             dr = resolve(randomization, reality)
         except RandomizationError as e:
@@ -82,12 +62,6 @@ class WarpVecEnv(VecEnv):
         if dr is not None and unsupported(dr):
             raise EnvError(f"env.randomization: {', '.join(unsupported(dr))} not yet on the warp backend; allowed "
                            f"with env.backend=warp: {', '.join(WARP_KNOBS)} (or env.backend=cpu)")
-        if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
-            raise EnvError(f"num_envs: expected a positive int, got {num_envs!r}")
-        substeps = round(1.0 / (control_hz * timestep)) if control_hz > 0 and timestep > 0 else 0
-        if substeps < 1 or abs(substeps * timestep * control_hz - 1.0) > 1e-6:
-            raise EnvError(f"control_hz/timestep: 1/(control_hz*timestep) must be a positive "
-                           f"integer, got control_hz={control_hz}, timestep={timestep}")
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
@@ -104,20 +78,13 @@ class WarpVecEnv(VecEnv):
                             control_hz=float(control_hz), cameras=self.cameras, image_size=self.image_size)
         self.model = build_model(dataclasses.replace(task.scene, timestep=timestep, image_size=self.image_size))
         self._h = hd.Handles.from_model(self.model)
-        self.wp = wp = _warp()
-        import mujoco_warp as mjw
-
-        self.mjw = mjw
-        self._wdev = "cpu" if self.device.type == "cpu" else f"cuda:{self.device.index}"
-        self._stream = wp.Stream(self._wdev) if self.device.type == "cuda" else None
         batched = {"geom_rgba": B}
         for knob, names in BATCHED.items():
             if dr is not None and dr.has(knob):
                 batched.update({name: B for name in names})
-        with self._on_warp():
-            self._m = mjw.put_model(self.model, batch_sizes=batched)
-            self._d = mjw.put_data(self.model, mujoco.MjData(self.model), nworld=B, nconmax=NCONMAX, njmax=NJMAX)
-        t = wp.to_torch
+        self.worlds = w = WarpWorlds(self.model, B, self.device, batched)
+        self.wp, self._m, self._d = w.wp, w.m, w.d
+        t = w.view
         self._qpos, self._qvel = t(self._d.qpos), t(self._d.qvel)  # float32 [B, nq], [B, nv]
         self._ctrl, self._mocap = t(self._d.ctrl), t(self._d.mocap_pos)  # [B, nu], [B, nmocap, 3]
         self._rgba = t(self._m.geom_rgba)  # float32 [B, ngeom, 4]
@@ -126,8 +93,6 @@ class WarpVecEnv(VecEnv):
         h = self._h  # the gripper's joint columns (joint_state), as device index tensors
         self._joint_cols = tuple(torch.from_numpy(np.concatenate(c)).to(self.device)
                                  for c in ((h.tcp_qpos, h.finger_qpos), (h.tcp_qvel, h.finger_qvel)))
-        self._graph = None
-        self._contexts: dict[tuple[tuple[int, int], tuple[str, ...]], Any] = {}
         self._elapsed = torch.zeros(B, dtype=torch.int64, device=self.device)
         self._progress = torch.zeros(B, dtype=torch.float32, device=self.device)
         self._instr: list[str] = [""] * B
@@ -139,84 +104,8 @@ class WarpVecEnv(VecEnv):
         self._dr = None
         if dr is not None:
             fields = {name: t(getattr(self._m, name)) for name in batched if name != "geom_rgba"}
-            self._dr = WarpRandomizer(dr, self.model, self._h, B, seed, fields, self._set_const, self.device)
+            self._dr = WarpRandomizer(dr, self.model, self._h, B, seed, fields, w.set_const, self.device)
         self.reset()
-
-    # ------------------------------------------------------------------ warp plumbing
-    @contextlib.contextmanager
-    def _on_warp(self) -> Iterator[None]:
-        """Run warp work on this env's device. On CUDA, warp's stream waits for torch's current
-        stream before and torch's waits for warp's after, so torch ops and kernels stay ordered."""
-        wp = self.wp
-        if self._stream is None:
-            with wp.ScopedDevice(self._wdev):
-                yield
-            return
-        caller = wp.stream_from_torch(torch.cuda.current_stream(self.device))
-        self._stream.wait_stream(caller)
-        with wp.ScopedStream(self._stream):
-            yield
-        caller.wait_stream(self._stream)
-
-    def _physics(self) -> None:
-        """`substeps` physics steps of every world: one graph launch after the first call (a CUDA
-        graph on a GPU; on warp's CPU device a recorded graph, which saves the launch overhead)."""
-        wp, mjw = self.wp, self.mjw
-        with self._on_warp():
-            if self._graph is None:
-                for _ in range(self.substeps):  # compiles and loads the kernels outside the capture
-                    mjw.step(self._m, self._d)
-                with wp.ScopedCapture(stream=self._stream) as cap:
-                    for _ in range(self.substeps):
-                        mjw.step(self._m, self._d)
-                self._graph = cap.graph
-            else:
-                wp.capture_launch(self._graph, stream=self._stream)
-
-    def _set_const(self) -> None:
-        """Recompute the model's derived constants of every world (after body masses changed)."""
-        with self._on_warp():
-            self.mjw.set_const(self._m, self._d)
-
-    def _draw(self, rc: Any) -> None:
-        """Positions of every body, camera and light from qpos, then one ray-traced frame per world
-        and active camera into rc's buffer."""
-        mjw = self.mjw
-        mjw.kinematics(self._m, self._d)
-        mjw.camlight(self._m, self._d)
-        mjw.refit_bvh(self._m, self._d, rc)
-        mjw.render(self._m, self._d, rc)
-
-    def _frames(self, size: tuple[int, int], cameras: tuple[str, ...]) -> dict[str, torch.Tensor]:
-        """uint8 [B, H, W, 3] frames of every world from each camera (views of the tracer's buffer)."""
-        key = (size, cameras)
-        if key not in self._contexts:
-            with self._on_warp():
-                rc = self.mjw.create_render_context(self.model, nworld=self.num_envs, cam_res=(size[1], size[0]),
-                                                    render_rgb=True, render_depth=False, cam_active=list(cameras),
-                                                    use_shadows=False)
-            ids = [mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, c) for c in cameras]
-            adr = rc.rgb_adr.numpy()
-            graph = None
-            with self._on_warp():
-                self._draw(rc)  # loads the kernels outside the capture
-                try:
-                    with self.wp.ScopedCapture(stream=self._stream) as cap:
-                        self._draw(rc)
-                    graph = cap.graph
-                except Exception:  # noqa: BLE001 - a warp build whose BVH refit cannot be captured: launch each call
-                    graph = None
-            self._contexts[key] = (rc, {c: int(adr[i]) for c, i in zip(cameras, ids)}, graph)
-        rc, adr, graph = self._contexts[key]
-        with self._on_warp():
-            if graph is None:
-                self._draw(rc)
-            else:
-                self.wp.capture_launch(graph, stream=self._stream)
-        packed = self.wp.to_torch(rc.rgb_data)  # uint32 [B, pixels of all cameras], bytes B, G, R, A
-        h, w = size
-        return {c: packed[:, a:a + h * w].view(torch.uint8).view(-1, h, w, 4)[..., [2, 1, 0]]
-                for c, a in adr.items()}
 
     # ------------------------------------------------------------------ reading the worlds
     def _read(self, rows: torch.Tensor | None = None) -> hd.SimView:
@@ -229,7 +118,7 @@ class WarpVecEnv(VecEnv):
         """Observations of rows (None: all): state [n, 9], privileged [n, P], rgb_<cam> [n, H, W, 3]."""
         out = {"state": state_obs(s), "privileged": self.task.privileged(s, self._ep_rows(rows), ev)}
         if self.cameras:
-            for cam, img in self._frames(self.image_size, self.cameras).items():
+            for cam, img in self.worlds.frames(self.image_size, self.cameras).items():
                 out[f"rgb_{cam}"] = img if rows is None else img[rows]
         if self._dr is not None:
             self._dr.observe(out, rows, STATE_DIM)
@@ -248,8 +137,7 @@ class WarpVecEnv(VecEnv):
         rows = torch.from_numpy(ids).to(dev)
         mask = torch.zeros(self.num_envs, dtype=torch.bool, device=dev)
         mask[rows] = True
-        with self._on_warp():
-            self.mjw.reset_data(self._m, self._d, reset=self.wp.from_torch(mask))
+        self.worlds.reset(mask)
         e = {k: torch.as_tensor(v, device=dev, dtype=torch.float32 if v.dtype.kind == "f" else torch.int64)
              for k, v in ep.items()}
         tcp = hd.cols(h.tcp_qpos)
@@ -322,7 +210,7 @@ class WarpVecEnv(VecEnv):
         if self._dr is not None:
             a = self._dr.action(a)
         apply_action(a, self._qpos[:, hd.cols(self._h.tcp_qpos)], self._ctrl)
-        self._physics()
+        self.worlds.physics(self.substeps)
         self._elapsed += 1
         s = self._read()
         ev = self.task.evaluate(s, self._ep_dev)
@@ -480,8 +368,7 @@ class WarpVecEnv(VecEnv):
         camera = camera or (self.cameras[0] if self.cameras else "front")
         check_choice("camera", camera, CAMERAS)
         ids = torch.from_numpy(parse_env_ids(env_ids, self.num_envs)).to(self.device)
-        return self._frames(self.render_size, (camera,))[camera][ids].cpu()
+        return self.worlds.frames(self.render_size, (camera,))[camera][ids].cpu()
 
     def close(self) -> None:
-        self._contexts.clear()
-        self._graph = None
+        self.worlds.close()
