@@ -40,14 +40,46 @@ def mean_ci(xs: list[float]) -> tuple[float, float]:
     return m, T_975.get(len(xs) - 1, 1.96) * statistics.stdev(xs) / math.sqrt(len(xs))
 
 
-def sft_start(seed: int, out: Path, demos: int, noise: float, bc_steps: int) -> tuple[Path, Path]:
-    """(demos dataset, BC policy directory) of one seed, made once."""
+def subset_per_task(src: Path, out: Path, per_task: int, seed: int) -> Path:
+    """A dataset of `per_task` episodes of every task of src (drawn with `seed`, state columns only):
+    a weaker SFT start than all the demos, and the same few demos for the RL run's BC term."""
+    import random
+
+    from embodied.data.dataset import EpisodeWriter
+    from embodied.data.layout import read_info
+    from embodied.data.read import read_episodes
+
+    if (out / "meta" / "info.json").is_file():
+        return out
+    info = read_info(src)
+    by_task: dict[int, list[int]] = {}
+    for i, ep in enumerate(read_episodes(src, cameras=[])):
+        by_task.setdefault(int(ep["obs.privileged"][0, -10:].argmax()), []).append(i)  # MT10's one-hot
+    short = {t: len(v) for t, v in by_task.items() if len(v) < per_task}
+    if short or len(by_task) < 10:
+        raise SystemExit(f"--per-task {per_task}: {src} holds too few episodes of some task ({short or len(by_task)})")
+    rng = random.Random(seed)
+    keep = sorted(i for v in by_task.values() for i in rng.sample(v, per_task))
+    writer = EpisodeWriter(out, info["embodied"]["task"], info["embodied"]["spec"])
+    for ep in read_episodes(src, keep, cameras=[]):
+        writer.add({k: ep[k] for k in ("obs.state", "obs.privileged", "action", "reward", "success") if k in ep},
+                   ep["instruction"], ep.get("seed"))
+    return out
+
+
+def sft_start(seed: int, out: Path, demos: int, noise: float, bc_steps: int,
+              source: Path | None = None, per_task: int = 0) -> tuple[Path, Path]:
+    """(demos dataset, BC policy directory) of one seed, made once. With source and per_task,
+    the demos are per_task episodes of each task drawn from source (seeded by seed)."""
     from embodied.data.collect import collect_demos
 
-    data = out / f"demos_s{seed}"
-    if not (data / "meta" / "info.json").is_file():
-        collect_demos(TASK, demos, data, seed=100_000 * (seed + 1), obs_mode="state", noise=noise)
-    bc = out / f"bc_s{seed}"
+    if source is not None and per_task:
+        data = subset_per_task(source, out / f"demos_k{per_task}_s{seed}", per_task, seed)
+        bc = out / f"bc_k{per_task}_s{seed}"
+    else:
+        data, bc = out / f"demos_s{seed}", out / f"bc_s{seed}"
+        if not (data / "meta" / "info.json").is_file():
+            collect_demos(TASK, demos, data, seed=100_000 * (seed + 1), obs_mode="state", noise=noise)
     if not (bc / "config.json").is_file():
         subprocess.run([sys.executable, "-m", "embodied.imitation.bc", str(data), "--out", str(bc),
                         "--steps", str(bc_steps), "--seed", str(seed), "--norm-count", "1e12"],  # a fixed normaliser
@@ -96,6 +128,8 @@ def main() -> None:
     ap.add_argument("--demos", type=int, default=500)
     ap.add_argument("--noise", type=float, default=0.3, help="DART noise of the demos")
     ap.add_argument("--bc-steps", type=int, default=3000)
+    ap.add_argument("--from-dataset", default=None, help="draw the demos from this MT10 dataset instead of collecting")
+    ap.add_argument("--per-task", type=int, default=0, help="with --from-dataset: episodes of each task (a weaker start)")
     ap.add_argument("--set", nargs="*", default=[], help="overrides for every RL run, e.g. env.num_envs=80")
     ap.add_argument("--out", default="runs/bench_rl_ladder")
     args = ap.parse_args()
@@ -103,7 +137,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     results = []
     for seed in map(int, args.seeds.split(",")):
-        data, bc = sft_start(seed, out, args.demos, args.noise, args.bc_steps)
+        data, bc = sft_start(seed, out, args.demos, args.noise, args.bc_steps,
+                             Path(args.from_dataset) if args.from_dataset else None, args.per_task)
         for budget in map(int, args.budgets.split(",")):
             r = rl_run(args.config, budget, seed, data, bc, out, args.set)
             results.append(r)
