@@ -1,5 +1,6 @@
 """Checks of the arguments every batched env takes (num_envs, a choice, an image size, the
-camera of `render`), each a one-line EnvError naming the field and what is allowed."""
+cameras it renders, the camera of `render`), each a one-line EnvError naming the field and
+what is allowed."""
 
 from __future__ import annotations
 
@@ -33,6 +34,22 @@ def parse_size(field: str, value: Any) -> tuple[int, int]:
     if not (8 <= h <= 1024 and 8 <= w <= 1024):
         raise EnvError(f"{field}: H and W must be in [8, 1024], got {(h, w)}")
     return h, w
+
+
+def check_common(num_envs: Any, obs_mode: str, cameras: Sequence[str], available: Sequence[str], owner: str,
+                 missing: str) -> tuple[int, tuple[str, ...]]:
+    """(B, the cameras rendered) from num_envs, obs_mode ("state" or "rgb") and the cameras asked
+    for, each one of `available` (`owner` names who has them); with "rgb" at least one, else
+    the message says it `missing` (e.g. "at least one of: front, wrist")."""
+    check_choice("obs_mode", obs_mode, ("state", "rgb"))
+    B = check_num_envs(num_envs)
+    cams = tuple(cameras) if obs_mode == "rgb" else ()
+    for cam in cams:
+        if cam not in available:
+            raise EnvError(f"cameras: unknown camera {cam!r}; {owner} has: {', '.join(available) or 'none'}")
+    if obs_mode == "rgb" and not cams:
+        raise EnvError(f"cameras: obs_mode='rgb' needs {missing}")
+    return B, cams
 
 
 def render_camera(camera: str | None, cameras: Sequence[str], what: str) -> str:

@@ -27,8 +27,10 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from sims.env_args import check_common, parse_size, render_camera
 from sims.gym.mapping import GymMapping, columns
-from sims.mujoco.seeding import parse_env_ids, reset_seeds, stream_from_state, stream_state
+from sims.mujoco.seeding import parse_env_ids
+from sims.seed_stream import SeedStream
 from sims.vecenv import (ChunkStepResult, EnvError, EnvSpec, Obs, Seed, StepResult, VecEnv, check_action,
                          check_saved_for, step_as_chunk)
 
@@ -66,7 +68,7 @@ def build_vector(m: GymMapping, num_envs: int, render: tuple[int, int] | None, m
         raise EnvError(f"task: gym:{m.env_id}: {type(e).__name__}: {str(e).splitlines()[0]}") from None
 
 
-class GymVecEnv(VecEnv):
+class GymVecEnv(SeedStream, VecEnv):
     """B copies of a gymnasium env (module doc). mapping: a GymMapping (sims/gym/mapping.py);
     obs_mode "state" | "rgb" (the mapping's cameras); image_size (H, W); seed: the stream of
     unseeded resets; max_episode_steps: default the env's spec. reward_mode, num_threads and
@@ -78,19 +80,9 @@ class GymVecEnv(VecEnv):
                  num_threads: int | None = None, device: Any = None):
         import gymnasium as gym
 
-        from sims.sidevenv.env import image_size as check_size
-
-        if obs_mode not in ("state", "rgb"):
-            raise EnvError(f"obs_mode: unknown value {obs_mode!r}; allowed: state, rgb")
-        if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
-            raise EnvError(f"num_envs: expected a positive int, got {num_envs!r}")
-        cams = tuple(cameras or mapping.cameras) if obs_mode == "rgb" else ()
-        for cam in cams:
-            if cam not in mapping.cameras:
-                raise EnvError(f"cameras: unknown camera {cam!r}; this mapping has: {', '.join(mapping.cameras) or 'none'}")
-        if obs_mode == "rgb" and not cams:
-            raise EnvError(f"cameras: obs_mode='rgb' needs a camera in the mapping (mapping.cameras: {{name: render}})")
-        self.m, self.cameras, (h, w) = mapping, cams, check_size(image_size)
+        num_envs, cams = check_common(num_envs, obs_mode, cameras or tuple(mapping.cameras), tuple(mapping.cameras),
+                                      "this mapping", "a camera in the mapping (mapping.cameras: {name: render})")
+        self.m, self.cameras, (h, w) = mapping, cams, parse_size("image_size", image_size)
         self.device = torch.device("cpu")
         if ":" not in mapping.env_id and mapping.env_id not in gym.registry:  # "module:Id" imports its module
             import difflib
@@ -139,8 +131,7 @@ class GymVecEnv(VecEnv):
                             cameras=self.cameras, image_size=size)
         self._instr = [self.m.instruction or self.m.env_id] * B
         self._elapsed = torch.zeros(B, dtype=torch.long)
-        self._rng = np.random.default_rng(seed)
-        self._seeded = False
+        self._start_stream(seed)
         self._seeds = np.zeros(B, np.int64)  # the seed each row's episode started from
         self._obs_np = self._reset_rows(np.ones(B, bool), self._draw(B))
 
@@ -151,9 +142,6 @@ class GymVecEnv(VecEnv):
             return None
 
     # ------------------------------------------------------------------ helpers
-    def _draw(self, n: int) -> list[int]:
-        return self._rng.integers(0, 2**31 - 1, n).tolist()
-
     def _flat(self, obs: Any) -> dict[str, np.ndarray]:
         """The vector env's observation -> {"flat": float64 [B, D], image key: uint8 [B, H, W, 3]}."""
         if self._spans is None:
@@ -196,8 +184,7 @@ class GymVecEnv(VecEnv):
 
     # ------------------------------------------------------------------ contract
     def reset(self, seed: Seed = None, env_ids: torch.Tensor | None = None) -> tuple[Obs, dict]:
-        ids = parse_env_ids(env_ids, self.num_envs)
-        self._rng, self._seeded, seeds = reset_seeds(self._rng, self._seeded, seed, len(ids))
+        ids, seeds = self._reset_seeds(seed, env_ids)
         if len(ids):
             mask = np.zeros(self.num_envs, bool)
             mask[ids] = True
@@ -304,7 +291,7 @@ class GymVecEnv(VecEnv):
         return {"task": self.spec.task, "num_envs": self.num_envs, "envs": json.dumps(saved),
                 **{f"obs_{k}": v.copy() for k, v in self._obs_np.items()}, "seeds": self._seeds.copy(),
                 "elapsed_steps": self._elapsed.numpy().copy(),
-                **stream_state(self._rng, self._seeded)}
+                **self._stream_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         import json
@@ -323,15 +310,11 @@ class GymVecEnv(VecEnv):
         self._obs_np = {k[4:]: np.array(v) for k, v in state.items() if k.startswith("obs_")}
         self._seeds = np.asarray(state["seeds"], np.int64).copy()
         self._elapsed[:] = torch.as_tensor(np.asarray(state["elapsed_steps"], np.int64))
-        self._rng, self._seeded = stream_from_state(state)
+        self._load_stream(state)
 
     def render(self, env_ids: Sequence[int] | None = None, camera: str | None = None) -> torch.Tensor:
         """uint8 [n, H, W, 3]: the latest frames of `camera` (default: the first camera)."""
-        if not self.cameras:
-            raise EnvError("render: this gym env has no cameras; make it with obs_mode='rgb'")
-        cam = camera or self.cameras[0]
-        if cam not in self.cameras:
-            raise EnvError(f"camera: {cam!r} is not rendered by this env; allowed: {', '.join(self.cameras)}")
+        cam = render_camera(camera, self.cameras, "gym")
         return torch.from_numpy(self._obs_np[f"rgb_{cam}"][parse_env_ids(env_ids, self.num_envs)].copy())
 
     def close(self) -> None:

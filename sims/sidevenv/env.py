@@ -22,21 +22,15 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from sims.mujoco.seeding import parse_env_ids, reset_seeds, stream_from_state, stream_state
+from sims.env_args import check_choice, check_common, parse_size, render_camera
+from sims.mujoco.seeding import parse_env_ids
+from sims.seed_stream import SeedStream
 from sims.sidevenv.proc import SideVenv, WorkerDied, WorkerProc
 from sims.vecenv import (ChunkStepResult, EnvError, EnvSpec, Obs, Seed, StepResult, VecEnv, check_action,
                          check_saved_for, step_as_chunk)
 
 
-def image_size(value: Any) -> tuple[int, int]:
-    """An int or (H, W) -> (H, W), each in [8, 1024]; one-line EnvError otherwise."""
-    h, w = (value, value) if isinstance(value, (int, np.integer)) else tuple(int(v) for v in value)
-    if not (8 <= h <= 1024 and 8 <= w <= 1024):
-        raise EnvError(f"image_size: H and W must be in [8, 1024], got {(h, w)}")
-    return int(h), int(w)
-
-
-class SideVenvVecEnv(VecEnv):
+class SideVenvVecEnv(SeedStream, VecEnv):
     """The shared part of a side-venv env (module doc). A subclass sets side, script, label,
     camera_names (ours -> the simulator's), max_restarts, and implements _state and _rewards."""
 
@@ -52,18 +46,10 @@ class SideVenvVecEnv(VecEnv):
                cameras: Sequence[str] | None, size: Any) -> tuple[int, tuple[str, ...], tuple[int, int]]:
         """(B, cameras, (H, W)) from the common arguments; one-line EnvError naming a bad one."""
         self.workers: list[WorkerProc] = []
-        for field, value, allowed in (("obs_mode", obs_mode, ("state", "rgb")), ("reward_mode", reward_mode, reward_modes)):
-            if value not in allowed:
-                raise EnvError(f"{field}: unknown value {value!r}; allowed: {', '.join(allowed)}")
-        if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
-            raise EnvError(f"num_envs: expected a positive int, got {num_envs!r}")
-        cams = tuple(cameras or ()) if obs_mode == "rgb" else ()
-        for cam in cams:
-            if cam not in self.camera_names:
-                raise EnvError(f"cameras: unknown camera {cam!r}; {self.label} has: {', '.join(self.camera_names)}")
-        if obs_mode == "rgb" and not cams:
-            raise EnvError(f"cameras: obs_mode='rgb' needs at least one of: {', '.join(self.camera_names)}")
-        return int(num_envs), cams, image_size(size)
+        B, cams = check_common(num_envs, obs_mode, cameras or (), self.camera_names, self.label,
+                               f"at least one of: {', '.join(self.camera_names)}")
+        check_choice("reward_mode", reward_mode, reward_modes)
+        return B, cams, parse_size("image_size", size)
 
     def _start(self, blocks: list[list[int]], names: list[str], args: list[list[str]], timeout: float) -> list[dict]:
         """Start one worker per block (names[k], its script arguments args[k]) and wait for every
@@ -90,8 +76,7 @@ class SideVenvVecEnv(VecEnv):
         self._img = {c: torch.zeros(B, h, w, 3, dtype=torch.uint8) for c in spec.cameras}
         self._elapsed = torch.zeros(B, dtype=torch.long)
         self._lost: dict[int, tuple] = {}  # env -> its observation when its worker died
-        self._rng = np.random.default_rng(seed)
-        self._seeded = False
+        self._start_stream(seed)
         self._reset_ids(np.arange(B), self._draw(B))
 
     # ------------------------------------------------------------------ a family's part
@@ -108,9 +93,6 @@ class SideVenvVecEnv(VecEnv):
         return {}
 
     # ------------------------------------------------------------------ helpers
-    def _draw(self, n: int) -> list[int]:
-        return self._rng.integers(0, 2**31 - 1, n).tolist()
-
     def _gather(self, ids: Sequence[int]) -> None:
         """Copy the workers' shared-memory rows of envs ids into the batch."""
         per: dict[int, tuple[list[int], list[int]]] = {}
@@ -206,8 +188,7 @@ class SideVenvVecEnv(VecEnv):
 
     # ------------------------------------------------------------------ contract
     def reset(self, seed: Seed = None, env_ids: torch.Tensor | None = None) -> tuple[Obs, dict]:
-        ids = parse_env_ids(env_ids, self.num_envs)
-        self._rng, self._seeded, seeds = reset_seeds(self._rng, self._seeded, seed, len(ids))
+        ids, seeds = self._reset_seeds(seed, env_ids)
         if len(ids):
             self._reset_ids(ids, seeds)
         return self._obs(), {}
@@ -273,7 +254,7 @@ class SideVenvVecEnv(VecEnv):
         return {"task": self.spec.task, "num_envs": self.num_envs, "blocks": json.dumps(self.blocks),
                 "workers": json.dumps([states[k]["envs"] for k in range(len(self.workers))]),
                 "elapsed_steps": self._elapsed.numpy().copy(),
-                **stream_state(self._rng, self._seeded)}
+                **self._stream_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         check_saved_for(state, self.spec)
@@ -285,15 +266,11 @@ class SideVenvVecEnv(VecEnv):
                         for k in range(len(self.workers))}, retry=True)
         self._gather(range(self.num_envs))
         self._elapsed[:] = torch.as_tensor(np.asarray(state["elapsed_steps"], np.int64))
-        self._rng, self._seeded = stream_from_state(state)
+        self._load_stream(state)
 
     def render(self, env_ids: Sequence[int] | None = None, camera: str | None = None) -> torch.Tensor:
         """uint8 [n, H, W, 3]: the latest frames of `camera` (default: the first camera)."""
-        if not self.cameras:
-            raise EnvError(f"render: this {self.label} env has no cameras; make it with obs_mode='rgb'")
-        cam = camera or self.cameras[0]
-        if cam not in self.cameras:
-            raise EnvError(f"camera: {cam!r} is not rendered by this env; allowed: {', '.join(self.cameras)}")
+        cam = render_camera(camera, self.cameras, self.label)
         return self._img[cam][torch.as_tensor(parse_env_ids(env_ids, self.num_envs))].clone()
 
     def close(self) -> None:
