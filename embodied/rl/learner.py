@@ -33,7 +33,9 @@ from torch import nn
 
 from embodied.rl import diagnostics as diag
 from embodied.rl.algorithms import (action_level_gae, gae, grpo_advantages, grpo_keep_mask, kl_to_reference,
-                                    ppo_policy_loss, task_normalized, value_loss)
+                                    ppo_policy_loss, value_loss)
+from embodied.rl.levels import advantages_at_level, at_level, explained_variance, flatten_time, per_task
+from embodied.rl.return_scaler import ReturnScaler
 from embodied.rl.trajectory import Trajectory
 from embodied.run.device import autocast, module_device, uses_bf16
 from policies.optim import make_optimizer
@@ -41,78 +43,9 @@ from policies.vla.modes import shared_reference
 
 if TYPE_CHECKING:
     from embodied.config import GRPOConfig, PPOConfig
-from policies.normalizer import RunningNormalizer
 
 
 TRACK_REF_MAX_PARAMS = 100_000_000  # ppo.track_ref_kl null: a reference copy for policies up to this size
-
-
-def flatten_time(x: torch.Tensor) -> torch.Tensor:
-    """[T, B, ...] -> [T * B, ...]."""
-    return x.reshape(-1, *x.shape[2:])
-
-
-def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:
-    var = target.var()
-    return float("nan") if var == 0 else float(1.0 - (target - pred).var() / var)
-
-
-def position_mask(valid: torch.Tensor, positions: int) -> torch.Tensor:
-    """valid bool [N, n] (executed substeps) -> [N, P] for P scored chunk positions. A policy that
-    scores its whole sampled chunk (the flow VLA) has P = K > n parts; a non-executed position
-    was sampled with its step, so it counts wherever the step does (valid[:, 0])."""
-    n = valid.shape[1]
-    if positions <= n:
-        return valid[:, :positions]
-    return torch.cat([valid, valid[:, :1].expand(-1, positions - n)], dim=1)
-
-
-def advantages_at_level(adv: torch.Tensor, positions: int, width: int, level: str) -> torch.Tensor:
-    """Advantages [N] (per chunk) or [N, n] (per executed action) -> the shape of at_level's
-    log-probs: [N, 1] (chunk), [N, P] (action) or [N, P * width] (token). A position past the
-    n executed ones takes the chunk's advantage, its first action's (its noise reaches every
-    executed action through the expert's attention)."""
-    if level == "chunk":
-        return adv[:, None] if adv.dim() == 1 else adv[:, :1]
-    if adv.dim() == 1:
-        per_pos = adv[:, None].expand(-1, positions)
-    elif positions <= adv.shape[1]:
-        per_pos = adv[:, :positions]
-    else:
-        per_pos = torch.cat([adv, adv[:, :1].expand(-1, positions - adv.shape[1])], dim=1)
-    if level == "action":
-        return per_pos
-    return per_pos[:, :, None].expand(-1, -1, width).flatten(1)
-
-
-def at_level(log_prob: torch.Tensor, parts: torch.Tensor | None, valid: torch.Tensor,
-             level: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """log_prob [N], parts [N, P, A] or None, valid bool [N, n] -> (log-probs [N, L], mask [N, L])
-    with L = 1 (chunk), P (action) or P * A (token)."""
-    if level == "chunk":
-        return log_prob[:, None], torch.ones_like(log_prob[:, None], dtype=torch.bool)
-    if parts is None:
-        raise ValueError(f"ppo.logprob_level={level} needs a policy that returns log_prob_parts")
-    mask = position_mask(valid, parts.shape[1])  # [N, P]
-    if level == "action":
-        return parts.sum(-1), mask
-    return parts.flatten(1), mask[:, :, None].expand(parts.shape).flatten(1)
-
-
-def per_task(adv: torch.Tensor, sel: torch.Tensor, tasks: list[str] | None, centre: bool) -> torch.Tensor:
-    """ppo.per_task_advantages: advantages [B], [T, B] or [T, B, n] with sel bool of the same
-    shape (the samples that count), normalised within each task of the B envs' labels (one task
-    when the envs run one: the whole batch)."""
-    B = adv.shape[0] if adv.dim() == 1 else adv.shape[1]
-    ti = diag.task_index(tasks, B)
-    env_task = (ti[1] if ti is not None else torch.zeros(B, dtype=torch.long)).to(adv.device)
-    if adv.dim() == 1:
-        task = env_task
-    else:
-        task = env_task[None, :].expand(adv.shape[:2])
-        if adv.dim() == 3:
-            task = task[..., None].expand(adv.shape)
-    return task_normalized(adv.reshape(-1), task.reshape(-1), sel.reshape(-1), centre=centre).view_as(adv)
 
 
 class PolicyGradientLearner:
@@ -324,50 +257,6 @@ class PolicyGradientLearner:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.iteration = state.get("iteration", 0)
-
-
-class ReturnScaler:
-    """Reward scaling by the running standard deviation of the discounted return, as SB3's
-    VecNormalize(norm_reward=True) and gymnasium's NormalizeReward do: every env keeps its
-    return R <- gamma * R + r (reset to 0 after its episode ends), the running variance of R
-    over all envs and steps is updated with every new R, and the learner sees the rewards
-    r / sqrt(var + eps), clipped to +-clip. The mean is not subtracted (a shift of the rewards
-    would change which policy is optimal where episodes end early; a scale does not).
-
-    R runs at GAE's level: one reward per chunk with ppo.reward_level=chunk, one per executed
-    action with reward_level=action (invalid substeps, after an episode's end, are skipped).
-    One scale is applied to a whole rollout, the one after it was seen; SB3 scales each step
-    with the variance up to that step, which differs only in the first iterations."""
-
-    def __init__(self, gamma: float, clip: float = 10.0, eps: float = 1e-8):
-        self.gamma, self.clip, self.eps = gamma, clip, eps
-        self.stats = RunningNormalizer(1)
-        self.ret: torch.Tensor | None = None  # [B] float64, each env's running return
-
-    @torch.no_grad()
-    def __call__(self, rewards: torch.Tensor, valid: torch.Tensor, dones: torch.Tensor) -> torch.Tensor:
-        """rewards float [T, B, n], valid bool [T, B, n], dones bool [T, B] -> the scaled rewards
-        [T, B, n]. n = 1 gives the chunk-level return."""
-        T, B, n = rewards.shape
-        if self.ret is None or self.ret.shape[0] != B:
-            self.ret = torch.zeros(B, dtype=torch.float64, device=rewards.device)
-        self.stats.to(rewards.device)
-        self.ret = self.ret.to(rewards.device)
-        for t in range(T):
-            for k in range(n):
-                v = valid[t, :, k]
-                self.ret = torch.where(v, self.gamma * self.ret + rewards[t, :, k].double(), self.ret)
-                self.stats.update(self.ret[v, None])
-            self.ret = self.ret.masked_fill(dones[t], 0.0)
-        scale = float(1.0 / torch.sqrt(self.stats.var[0] + self.eps))
-        return (rewards * scale).clamp(-self.clip, self.clip)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"stats": self.stats.state_dict(), "ret": self.ret}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.stats.load_state_dict(state["stats"])
-        self.ret = state["ret"]
 
 
 class PPOLearner(PolicyGradientLearner):
