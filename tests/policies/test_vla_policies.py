@@ -13,15 +13,7 @@ from policies.tokenizer import InstructionTokenizer
 from policies.vla.autoregressive import ARVLA, vertex_bin
 from policies.vla.config import ARVLAConfig, FlowVLAConfig, make_config
 from policies.vla.flow import FlowVLA
-
-INSTR = ["move the gripper to the target", "push the red cube onto the green square"]
-
-
-def _obs(B: int = 4, seed: int = 0) -> dict:
-    g = torch.Generator().manual_seed(seed)
-    return {"state": torch.randn(B, 9, generator=g),
-            "rgb_front": torch.randint(0, 256, (B, 64, 64, 3), generator=g, dtype=torch.uint8),
-            "instruction": [INSTR[i % 2] for i in range(B)]}
+from vla_batch import INSTR, vla_obs as _obs  # tests/vla_batch.py
 
 
 def test_tokenizer_trains_offline_and_round_trips(tmp_path):
