@@ -149,7 +149,7 @@ def success_comparison(episodes: int, checkpoint: str | None) -> dict:
     from embodied.config import load_config
     from embodied.eval.evaluate import evaluate
     from embodied.rl.train import train
-    from embodied.rl.loop_parts import eval_seeds
+    from embodied.run.env import eval_seeds
     from policies.base import Policy
     from sims.registry import make_env
 

@@ -62,7 +62,7 @@ from embodied.distributed.backend import LocalBackend
 from embodied.distributed.loop import build_roles
 from embodied.distributed.placement import preset
 from embodied.rl.rollout import RolloutCollector
-from embodied.rl.loop_parts import build_env
+from embodied.run.env import build_env
 from embodied.run.device import resolve_device, to_device
 from policies.registry import build_policy
 

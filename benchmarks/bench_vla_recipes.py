@@ -157,7 +157,7 @@ def success_on(policy_dir: str, cfg, task: str, episodes: int = 0) -> float:
     """Success of the policy in policy_dir on `task`, with the RL config's observations, on the
     RL config's number of evaluation episodes (fixed seeds, deterministic policy)."""
     from embodied.eval.evaluate import evaluate
-    from embodied.rl.loop_parts import eval_seeds
+    from embodied.run.env import eval_seeds
     from embodied.run.device import resolve_device
     from policies.base import Policy
     from sims.registry import make_env

@@ -45,7 +45,7 @@ from embodied.config import load_config  # noqa: E402
 from embodied.eval.evaluate import evaluate  # noqa: E402
 from embodied.rl.learner import PPOLearner  # noqa: E402
 from embodied.rl.rollout import RolloutCollector  # noqa: E402
-from embodied.rl.loop_parts import build_env, eval_seeds  # noqa: E402
+from embodied.run.env import build_env, eval_seeds  # noqa: E402
 from policies.registry import build_policy  # noqa: E402
 from sims.registry import make_env  # noqa: E402
 

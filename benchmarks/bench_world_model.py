@@ -98,7 +98,7 @@ def by_run(rows: list[dict], reps: int = 2000, seed: int = 0) -> dict:
 
 
 def cmd_rank(args: argparse.Namespace) -> dict:
-    from embodied.rl.loop_parts import eval_seeds
+    from embodied.run.env import eval_seeds
 
     seeds = eval_seeds(args.seeds)
     starts, instr = sim_starts(args.task, seeds)
@@ -151,7 +151,8 @@ def thresholds(rank: dict, ts: list[float]) -> dict:
 
 def cmd_transfer(args: argparse.Namespace) -> dict:
     from embodied.rl.train import build_algorithm
-    from embodied.rl.loop_parts import config_from_checkpoint, eval_seeds
+    from embodied.run.load import config_from_checkpoint
+    from embodied.run.env import eval_seeds
     from sims.world_model.env import WorldModelVecEnv
 
     torch.set_num_threads(1)

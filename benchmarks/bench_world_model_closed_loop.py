@@ -137,7 +137,7 @@ def main() -> None:
     p.add_argument("--out", required=True)
     args = p.parse_args()
 
-    from embodied.rl.loop_parts import eval_seeds
+    from embodied.run.env import eval_seeds
     from sims.registry import make_env
     from sims.world_model.env import WorldModelVecEnv
 

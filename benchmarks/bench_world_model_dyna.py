@@ -67,7 +67,8 @@ def main() -> None:
 
     from embodied.data.collect_policy import collect_policy_rollouts
     from embodied.rl.train import build_algorithm
-    from embodied.rl.loop_parts import config_from_checkpoint, eval_seeds
+    from embodied.run.load import config_from_checkpoint
+    from embodied.run.env import eval_seeds
     from sims.world_model.checkpoint import load_world_model
     from sims.world_model.env import WorldModelVecEnv
 

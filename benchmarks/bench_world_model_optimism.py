@@ -36,7 +36,7 @@ def main() -> None:
     p.add_argument("--out", required=True)
     args = p.parse_args()
 
-    from embodied.rl.loop_parts import eval_seeds
+    from embodied.run.env import eval_seeds
     from policies.base import Policy
     from sims.registry import make_env
     from sims.world_model.checkpoint import load_world_model

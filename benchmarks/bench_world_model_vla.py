@@ -68,7 +68,7 @@ def main() -> None:
     from embodied.data.collect_policy import collect_policy_rollouts
     from embodied.config import load_config, to_dict
     from embodied.rl.train import build_algorithm
-    from embodied.rl.loop_parts import eval_seeds
+    from embodied.run.env import eval_seeds
     from policies.registry import build_policy
     from sims.world_model.checkpoint import load_world_model
     from sims.world_model.env import WorldModelVecEnv

@@ -76,7 +76,7 @@ def success_in_wm(policy, wm: str, starts: torch.Tensor, instructions: list[str]
 
 @torch.no_grad()
 def _wm_episodes(policy, wm, starts, instructions, batch, reward_mode, images, obs_kw, deterministic):
-    from embodied.rl.rollout import env_step
+    from embodied.run.env import env_step
     from sims.world_model.env import WorldModelVecEnv
 
     B = min(batch, len(starts))
@@ -111,7 +111,7 @@ def probe_in_wm(policy, wm: str, starts: torch.Tensor, instructions: list[str], 
     """(highest success probability within the task's horizon [N], within `horizon` [N]) of one
     deterministic episode from each start, in the model with success threshold `threshold` and
     horizon `horizon`; an env counts its first episode only."""
-    from embodied.rl.rollout import env_step
+    from embodied.run.env import env_step
     from sims.world_model.env import WorldModelVecEnv
 
     B = min(batch, len(starts))

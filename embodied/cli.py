@@ -40,7 +40,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     resume = None
     if args.resume:
-        from embodied.rl.loop_parts import resume_config
+        from embodied.run.load import resume_config
 
         cfg, resume = resume_config(args.resume, args.overrides)
     else:  # no CONFIG: the defaults of embodied/config.py
@@ -64,7 +64,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from embodied.eval.evaluate import evaluate
-    from embodied.rl.loop_parts import build_env, eval_seeds, load_trained
+    from embodied.run.env import build_env, eval_seeds
+    from embodied.run.load import load_trained
     from policies.base import check_fits
     from sims.registry import batch_for
 

@@ -13,11 +13,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from embodied.config_loader import ConfigError, apply_overrides, from_dict, load_mapping
+from policies.configs import PolicyConfig, VLAPolicyConfig, every_policy_key, policy_config_class
 
-__all__ = ["ConfigError", "ExperimentConfig", "load_config", "config_from_dict", "to_dict"]
+__all__ = ["ConfigError", "ExperimentConfig", "PolicyConfig", "load_config", "config_from_dict", "saved_config",
+           "to_dict"]
 
 
 @dataclass
@@ -38,33 +40,6 @@ class EnvConfig:
     reality: str | None = None  # a reality preset: name in configs/reality/ or a path
     # MuJoCo tasks: cpu (C MuJoCo on a thread pool) or warp (MuJoCo Warp on train.device; docs/tasks.md)
     backend: Literal["cpu", "warp"] = "cpu"
-
-
-@dataclass
-class PolicyConfig:
-    name: Literal["mlp", "cnn", "flow_vla", "ar_vla", "oft_vla"] = "mlp"
-    # mlp / cnn baselines, built fresh:
-    obs_key: Literal["state", "privileged"] = "privileged"
-    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
-    activation: Literal["tanh", "elu", "relu"] = "tanh"
-    init_log_std: float = -0.5
-    normalize_obs: bool = True
-    # VLAs, loaded from a save_pretrained directory (e.g. the `final` of `embodied sft`);
-    # a key left at null keeps the checkpoint's value:
-    init_from: str | None = None
-    execute_steps: int | None = None  # actions of each chunk executed per policy step (0 = all K)
-    num_steps: int | None = None  # flow: denoising steps
-    noise_method: Literal["ode", "flow_noise", "flow_sde"] | None = None  # flow: exploration
-    noise_std_min: float | None = None  # flow_noise: bounds of the learned std
-    noise_std_max: float | None = None
-    sde_noise_level: float | None = None  # flow_sde: a in g_t = a sqrt(t / (1 - t))
-    temperature: float | None = None  # ar: sampling temperature (log-probs are taken under it)
-    greedy: Literal["argmax", "mean", "vertex"] | None = None  # ar: how the deterministic (evaluation) act picks bins
-    critic_obs: Literal["prefix", "privileged"] | None = None  # a fresh VLA value head on this input
-    freeze: Literal["none", "vision", "vlm"] = "none"  # VLAs: weights RL leaves alone (vlm: flow only)
-    lora_rank: int = 0  # VLAs: > 0 trains rank-r adapters on the prefix's attention instead of the prefix (docs/vla.md)
-    frozen_dtype: Literal["float32", "bfloat16"] = "float32"  # VLAs: the frozen weights' dtype (docs/vla.md, training modes)
-    checkpointing: bool = False  # VLAs: recompute the vision tower's, LM's and expert's activations in the backward
 
 
 @dataclass
@@ -137,7 +112,7 @@ class GRPOConfig:
 
 @dataclass
 class TrainConfig:
-    algorithm: str = "ppo"  # a name in embodied/rl/registry.py: ppo, grpo
+    algorithm: str = "ppo"  # a name in embodied/rl/registry.py: ppo, grpo (checked there: add_check)
     seed: int = 0
     total_steps: int = 1_000_000  # env steps, summed over envs
     run_dir: str = "runs/default"
@@ -166,6 +141,7 @@ class TrainConfig:
 @dataclass
 class ExperimentConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
+    # one class per policy, picked by policy.name (policies/configs.py): only that policy's keys
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
@@ -178,8 +154,11 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> Experimen
     return config_from_dict(load_mapping(path, overrides))
 
 
-def config_from_dict(raw: dict[str, Any], overrides: list[str] = ()) -> ExperimentConfig:
-    """Validate a nested mapping (e.g. a checkpoint's saved config) plus overrides."""
+def config_from_dict(raw: dict[str, Any], overrides: list[str] = (), saved: bool = False) -> ExperimentConfig:
+    """Validate a nested mapping plus overrides. saved: raw is a config a checkpoint saved
+    (meta.json; saved_config), read as it was trained."""
+    if saved:
+        raw = saved_config(raw)
     cfg = from_dict(ExperimentConfig, apply_overrides(raw, overrides))
     from embodied.run.device import DeviceError, check_device  # late: it imports torch
 
@@ -194,6 +173,22 @@ def config_from_dict(raw: dict[str, Any], overrides: list[str] = ()) -> Experime
     _check_randomization(cfg.env)
     _check_roles(cfg)
     return cfg
+
+
+def saved_config(raw: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's saved config as this version reads it. Checkpoints written before the
+    per-policy sections (policies/configs.py) hold every policy's keys in `policy`; the keys its
+    policy's class has not were never read, and are dropped. Other keys are left to the loader."""
+    pol = raw.get("policy")
+    if not isinstance(pol, dict):
+        return raw
+    try:
+        cls = policy_config_class(pol.get("name", "mlp"))
+    except ValueError:
+        return raw  # the loader names the bad name
+    own = {f.name for f in dataclasses.fields(cls)}
+    foreign = every_policy_key() - own
+    return {**raw, "policy": {k: v for k, v in pol.items() if k not in foreign}}
 
 
 def with_stale_defaults(cfg: ExperimentConfig, max_staleness: int) -> ExperimentConfig:
@@ -255,16 +250,28 @@ def _check_randomization(env: EnvConfig) -> None:
         raise ConfigError(str(e)) from None
 
 
+CHECKS: list[Callable[[ExperimentConfig], None]] = []
+"""More checks of every config loaded, added by the room that owns what they check: the algorithm
+table (embodied/rl/registry.py, imported with any module of embodied.rl) adds train.algorithm's
+name and its entry's settings check. So this module imports no learner room, and a command that
+only replays a checkpoint (eval, serve, collect) does not check training settings."""
+
+
+def add_check(check: Callable[[ExperimentConfig], None]) -> Callable[[ExperimentConfig], None]:
+    """Run `check(cfg)` (ConfigError on one line) on every config loaded from now on."""
+    if check not in CHECKS:
+        CHECKS.append(check)
+    return check
+
+
 def _check_across_sections(cfg: ExperimentConfig) -> None:
     """Constraints that tie two sections together; one-line ConfigError."""
-    from embodied.rl.registry import algorithm
-
-    algorithm(cfg.train.algorithm).check(cfg)
+    for check in CHECKS:
+        check(cfg)
     if cfg.ppo.kl_ref_coef < 0 or (cfg.ppo.kl_ref_coef > 0 and not cfg.policy.init_from):
         raise ConfigError(f"ppo.kl_ref_coef: {cfg.ppo.kl_ref_coef}; allowed: 0, or > 0 with policy.init_from set "
                           "(the reference policy the penalty keeps RL near)")
-    if (cfg.ppo.reward_level == "action" and cfg.policy.name in ("flow_vla", "ar_vla", "oft_vla")
-            and cfg.policy.critic_obs is None):
+    if cfg.ppo.reward_level == "action" and isinstance(cfg.policy, VLAPolicyConfig) and cfg.policy.critic_obs is None:
         raise ConfigError("policy.critic_obs: ppo.reward_level=action needs a fresh per-action value head; "
                           "set critic_obs to prefix or privileged")
 

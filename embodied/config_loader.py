@@ -106,17 +106,33 @@ def load_mapping(path: str | Path | None, overrides: typing.Iterable[str] = (), 
 
 
 def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
-    """Build dataclass `cls` from a mapping, checking every key and value type."""
+    """Build dataclass `cls` from a mapping, checking every key and value type. A class with
+    `variants()` (name -> class) and `variant_key` is a family of sections: the value of that
+    key (else the class's default) picks the class, whose keys alone are allowed
+    (policies/configs.py: the policy section by policy.name)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {data!r}")
+    whose = ""
+    if callable(getattr(cls, "variants", None)):
+        cls, whose = variant(cls, data, prefix)
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     kwargs = {}
     for key, value in data.items():
         if key not in names:
-            raise ConfigError(f"unknown config key '{prefix}{key}'; allowed: {', '.join(names)}")
+            raise ConfigError(f"unknown config key '{prefix}{key}'{whose}; allowed: {', '.join(names)}")
         kwargs[key] = coerce(hints[key], value, f"{prefix}{key}")
     return cls(**kwargs)
+
+
+def variant(cls: type, data: dict[str, Any], prefix: str) -> tuple[type, str]:
+    """(the class data's variant key picks among cls.variants(), " for KEY=VALUE" for messages)."""
+    key, table = cls.variant_key, cls.variants()
+    default = next(f.default for f in dataclasses.fields(cls) if f.name == key)
+    choice = data.get(key, default)
+    if not isinstance(choice, str) or choice not in table:
+        raise ConfigError(f"{prefix}{key}: {choice!r} is not allowed; choose one of {', '.join(table)}")
+    return table[choice], f" for {prefix}{key}={choice}"
 
 
 def coerce(tp: Any, value: Any, key: str) -> Any:

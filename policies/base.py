@@ -179,14 +179,11 @@ def load_weights(module: nn.Module, state: dict[str, torch.Tensor], where: str) 
     module.load_state_dict(state)
 
 
-def underlying_task(task: str) -> str:
-    """The simulator task behind an env name: a world model's (wm:PATH) own task, else the name."""
-    if task.startswith("wm:"):
-        try:
-            return json.loads((Path(task[3:]) / "config.json").read_text())["config"]["task"]
-        except (OSError, ValueError, KeyError, TypeError):
-            return task
-    return task
+def trained_task(record: dict[str, Any]) -> str | None:
+    """The simulator task a policy's record names: the sim_task its env spec or its loader
+    recorded (a policy trained in a world model: the task the model learned), else its task."""
+    spec = record.get("env_spec") or {}
+    return record.get("sim_task") or spec.get("sim_task") or record.get("task")
 
 
 def same_task(a: str, b: str) -> bool:
@@ -200,13 +197,16 @@ def same_task(a: str, b: str) -> bool:
 def check_fits(policy: "Policy", spec: Any, where: str, task: str | None = None) -> None:
     """PolicyLoadError (one line, naming `where` and what is allowed) if the policy was trained on
     another task than the env's (spec.task, or `task`), or reads or writes other shapes than
-    the env has. `policy.record` (config.json's "trained_on": task, obs_keys, action_dim) is
-    what training recorded; a policy saved before records existed is checked on shapes only."""
+    the env has. `policy.record` (config.json's "trained_on": task, obs_keys, action_dim, env_spec) is
+    what training recorded; a policy saved before records existed is checked on shapes only. Tasks
+    compare by the simulator task behind them (EnvSpec.sim_task, the record's: trained_task), so a
+    policy trained in a world model fits the task the model learned."""
     rec = getattr(policy, "record", None) or {}
-    env_task = underlying_task(task or spec.task)
-    if rec.get("task") and not same_task(underlying_task(rec["task"]), env_task):
-        raise PolicyLoadError(f"{where}: trained on task {underlying_task(rec['task'])!r}, not {env_task!r}; "
-                              f"allowed: {underlying_task(rec['task'])!r} (or a policy trained on {env_task!r})")
+    env_task = task or getattr(spec, "sim_task", None) or spec.task
+    got = trained_task(rec)
+    if got and not same_task(got, env_task):
+        raise PolicyLoadError(f"{where}: trained on task {got!r}, not {env_task!r}; "
+                              f"allowed: {got!r} (or a policy trained on {env_task!r})")
     cfg = policy.config
     a = getattr(cfg, "action_dim", None)
     if a is not None and a != spec.action_dim:

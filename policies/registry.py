@@ -6,6 +6,7 @@ from typing import Any
 
 from policies.base import Policy, PolicyLoadError, check_fits
 from policies.cnn import CNNActorCritic, CNNConfig
+from policies.configs import OVERRIDES
 from policies.mlp import MLPActorCritic, MLPConfig
 from policies.names import POLICIES, VLAS, policy_class
 
@@ -40,19 +41,12 @@ def build_cnn(cfg: Any, spec: Any) -> CNNActorCritic:
     ))
 
 
-FLOW_ONLY = ("num_steps", "noise_method", "noise_std_min", "noise_std_max", "sde_noise_level")
-AR_ONLY = ("temperature", "greedy")
-
-
 def build_vla(cfg: Any, spec: Any, per_action_value: bool = False) -> Policy:
-    """A VLA from cfg.init_from (a save_pretrained directory), with the non-null keys of
-    FLOW_ONLY / AR_ONLY / execute_steps overriding the saved config; a fresh value head on
-    cfg.critic_obs (one value per executed action with per_action_value)."""
-    own = {"flow_vla": FLOW_ONLY, "ar_vla": AR_ONLY}.get(cfg.name, ())
-    wrong = [k for k in (*FLOW_ONLY, *AR_ONLY) if k not in own and getattr(cfg, k) is not None]
-    if wrong:
-        raise PolicyLoadError(f"policy.{wrong[0]} applies to {'flow_vla' if wrong[0] in FLOW_ONLY else 'ar_vla'} "
-                              f"only, not policy.name={cfg.name}; remove it or set it to null")
+    """A VLA from cfg.init_from (a save_pretrained directory), with the non-null keys of its
+    own section (OVERRIDES of policies/configs.py: flow's num_steps, noise_*; AR's temperature,
+    greedy) and execute_steps overriding the saved config; a fresh value head on cfg.critic_obs
+    (one value per executed action with per_action_value)."""
+    own = OVERRIDES.get(cfg.name, ())
     if not cfg.init_from:
         raise PolicyLoadError(f"policy.init_from: {cfg.name} starts from a save_pretrained directory "
                               "(e.g. the 'final' directory of `embodied sft`)")
@@ -92,7 +86,7 @@ BUILDERS = {"mlp": build_mlp, "cnn": build_cnn}  # the VLAs: build_vla
 
 
 def build_policy(cfg: Any, spec: Any, per_action_value: bool = False) -> Policy:
-    """A fresh policy for `cfg` (embodied.config.PolicyConfig) on an env with EnvSpec `spec`.
+    """A fresh policy for `cfg` (its section of policies/configs.py) on an env with EnvSpec `spec`.
     per_action_value: the VLA critic predicts one value per executed action (chunk-1 policies'
     single value already is one)."""
     policy = build_vla(cfg, spec, per_action_value) if cfg.name in VLAS else BUILDERS[cfg.name](cfg, spec)

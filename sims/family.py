@@ -97,6 +97,8 @@ class Family:
     twin: `embodied sim2real --twin` runs its tasks (the MuJoCo twin node).
     versions() -> {package: version} of its simulator, for a report's protocol block.
     device_kwargs(device) -> extra make_env kwargs when the env is built for a torch device.
+    sim_task(task) -> the simulator task behind one of its names (a world model's: the task it
+      learned; EnvSpec.sim_task says the same of a built env); None: the name itself.
     """
 
     name: str
@@ -117,6 +119,7 @@ class Family:
     twin: bool = False
     versions: Callable[[], dict[str, str]] = _no_versions
     device_kwargs: Callable[[Any], dict] | None = None
+    sim_task: Callable[[str], str] | None = None
     own_kwargs: tuple[OwnKwarg, ...] = field(default=())
 
 

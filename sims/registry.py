@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from sims.vecenv import VecEnv
 
 __all__ = ["Family", "batch_for", "device_kwargs", "expert_for", "families", "family_of", "list_tasks", "make_env",
-           "task_cycle", "MANISKILL_TASK_NAMES"]
+           "sim_task", "task_cycle", "MANISKILL_TASK_NAMES"]
 
 
 def __getattr__(name: str) -> Any:
@@ -52,6 +52,13 @@ def device_kwargs(task: str, device: Any) -> dict:
     ManiSkill's physx_cuda on CUDA, physx_cpu otherwise); {} for a family without any."""
     fam = family_of(task)
     return fam.device_kwargs(device) if fam.device_kwargs is not None else {}
+
+
+def sim_task(task: str) -> str:
+    """The simulator task behind an env name (its family's sim_task: a world model's, wm:DIR, is
+    the task it learned); the name itself for every other family."""
+    fam = family_of(task)
+    return fam.sim_task(task) if fam.sim_task is not None else task
 
 
 def _check_generic(fam: Family, task: str, kwargs: dict) -> None:

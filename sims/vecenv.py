@@ -51,6 +51,9 @@ class EnvSpec:
     image_size: tuple[int, int] = (64, 64)  # (H, W)
     action_low: float = -1.0
     action_high: float = 1.0
+    # the simulator task behind `task` when the env stands in for one (a world model: the task it
+    # learned); None: `task` itself. policies.base.check_fits compares tasks by it.
+    sim_task: str | None = None
 
 
 @dataclass

@@ -51,7 +51,7 @@ def test_find_config_by_folder_or_by_a_name_one_folder_holds(tmp_path, monkeypat
 
 
 def test_env_time_limit_reaches_the_env():
-    from embodied.rl.loop_parts import build_env
+    from embodied.run.env import build_env
 
     cfg = load_config(None, ["env.task=Reach", "env.num_envs=2", "env.max_episode_steps=7"])
     env = build_env(cfg.env)

@@ -1,15 +1,19 @@
-"""The import graph of the toolkit's packages, and the rules it must keep (issue 42).
+"""The import graph of the toolkit's packages, and the rules it must keep (issues 42, 52).
 
 Nodes are modules (a package is its __init__.py); an edge a -> b is any import of b in a's
-source, at module level or inside a function (a lazy import is still a dependency), except
-under `if TYPE_CHECKING:`. `from p import x` points at the module p.x when x is one, else at p.
+source: at module level, inside a function (a lazy import is still a dependency) or under
+`if TYPE_CHECKING:` (a type-only import is one too). `from p import x` points at the module p.x
+when x is one, else at p.
 Rules:
   - no import circles between modules;
   - sims/ and policies/ import nothing of embodied/ (a simulator or a policy knows no learner),
     nor each other (docs/architecture.md: data flows env -> collector -> learner);
   - robot_bridge/ imports neither policies/ nor the learner rooms (embodied.rl,
     embodied.robot_rl, embodied.distributed, embodied.imitation): the bridge runs on the robot
-    without them (its recorder writes embodied/data/ datasets; the policy node is embodied/deploy/).
+    without them (its recorder writes embodied/data/ datasets; the policy node is embodied/deploy/);
+  - evaluating, collecting, deploying, imitation and the rooms they load through (embodied/run/:
+    the env, the seeds, checkpoint loading; the config) reach no module of embodied.rl by any
+    path of imports: they replay and load without the RL room.
 
     python tools/check_imports.py          # prints every violation; exit 1 if any
 """
@@ -27,6 +31,10 @@ FORBIDDEN = {  # importer prefix -> imported prefixes it must not reach
     "policies": ("embodied", "sims"),
     "robot_bridge": ("policies", "embodied.rl", "embodied.robot_rl", "embodied.distributed", "embodied.imitation"),
 }
+NEVER_REACH = {  # importer prefix -> prefixes no chain of its imports may reach
+    room: ("embodied.rl",) for room in ("embodied.eval", "embodied.data", "embodied.deploy", "embodied.imitation",
+                                        "embodied.run", "embodied.config", "embodied.config_loader")
+}
 
 
 def module_files(root: Path = ROOT) -> dict[str, Path]:
@@ -40,20 +48,11 @@ def module_files(root: Path = ROOT) -> dict[str, Path]:
     return out
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    t = node.test
-    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
-        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
-
-
 def _imports(tree: ast.AST):
-    """Yield Import / ImportFrom nodes, skipping `if TYPE_CHECKING:` bodies."""
+    """Yield every Import / ImportFrom node, wherever it is (functions, `if TYPE_CHECKING:`)."""
     stack = [tree]
     while stack:
         node = stack.pop()
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            stack.extend(node.orelse)
-            continue
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
         stack.extend(ast.iter_child_nodes(node))
@@ -133,11 +132,37 @@ def forbidden_arrows(edges: dict[str, set[str]]) -> list[tuple[str, str]]:
     return bad
 
 
+def forbidden_reach(edges: dict[str, set[str]]) -> list[list[str]]:
+    """A chain of imports [importer, ..., reached] for each module that breaks NEVER_REACH
+    (the first chain found, breadth first: a shortest one)."""
+    bad = []
+    for src in sorted(edges):
+        banned = [b for room, bs in NEVER_REACH.items() if _under(src, room) for b in bs]
+        if not banned:
+            continue
+        parent: dict[str, str] = {src: ""}
+        queue = [src]
+        while queue:
+            v = queue.pop(0)
+            if v != src and any(_under(v, b) for b in banned):
+                chain = [v]
+                while parent[chain[-1]]:
+                    chain.append(parent[chain[-1]])
+                bad.append(chain[::-1])
+                break
+            for w in sorted(edges.get(v, ())):
+                if w not in parent:
+                    parent[w] = v
+                    queue.append(w)
+    return bad
+
+
 def violations(root: Path = ROOT) -> list[str]:
-    """One line per circle and per forbidden arrow; empty when the rules hold."""
+    """One line per circle, per forbidden arrow and per forbidden reach; empty when the rules hold."""
     edges = graph(root)
     lines = [f"import circle: {' <-> '.join(c)}" for c in cycles(edges)]
     lines += [f"forbidden import: {s} -> {d}" for s, d in forbidden_arrows(edges)]
+    lines += [f"forbidden reach: {' -> '.join(c)}" for c in forbidden_reach(edges)]
     return lines
 
 

@@ -32,10 +32,11 @@ def collect_policy_rollouts(checkpoint: str | Path, episodes: int, out: str | Pa
     """Play `checkpoint` (a checkpoint, checkpoints/ or run directory of `embodied train`, or a
     policy directory such as `embodied sft`'s final) until `episodes` episodes are written to
     `out`. The env is the checkpoint's (env section of its config;
-    embodied.rl.loop_parts.load_trained), on `task` if given; obs_mode / image_size / cameras
+    embodied.run.load.load_trained), on `task` if given; obs_mode / image_size / cameras
     override it (e.g. record images while a state policy acts). Env k of batch j starts from seed + j * num_envs + k.
     Actions are sampled from the policy unless `deterministic`."""
-    from embodied.rl.loop_parts import build_env, load_trained
+    from embodied.run.env import build_env
+    from embodied.run.load import load_trained
     from policies.base import check_fits
 
     if not isinstance(episodes, int) or episodes <= 0:

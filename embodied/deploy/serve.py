@@ -62,26 +62,43 @@ def recorded_camera(record: dict[str, Any] | None) -> dict[str, Any] | None:
     return {k: got[k] for k in ("crop", "interpolation", "roi") if got.get(k) is not None}
 
 
+def recorded_spec(cfg: Any, record: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The spec of the env the policy ran in, as its checkpoint recorded it (the policy record's
+    `env_spec`: action_dim, privileged_dim, max_episode_steps, ...; embodied/rl/loop_parts.py
+    writes it). A checkpoint written before records held one: the spec of the task's simulator,
+    made once with one env and closed."""
+    spec = (record or {}).get("env_spec")
+    if spec:
+        return dict(spec)
+    from sims.registry import make_env
+
+    env = make_env(cfg.env.task, 1, num_threads=1)
+    try:
+        return {k: getattr(env.spec, k) for k in ("task", "action_dim", "state_dim", "privileged_dim",
+                                                  "max_episode_steps", "control_hz")}
+    finally:
+        env.close()
+
+
 def robot_config_for(cfg: Any, namespace: str = "", control_hz: float = 20.0, transport: str = "auto",
                      domain_id: int | None = None, record: dict[str, Any] | None = None) -> RobotEnvConfig:
     """The RobotEnv topics a checkpoint's policy needs (the sim robot node's topic names), every
-    camera it reads, each frame through the camera transform its dataset recorded (`record`: the
-    policy's record)."""
-    from sims.registry import make_env
-
-    spec = make_env(cfg.env.task, 1, num_threads=1).spec
+    camera it reads, each frame through the camera transform its dataset recorded, the action
+    width, privileged width and time limit of the env it was trained in (`record`: the policy's
+    record, with the env spec it recorded: recorded_spec)."""
+    spec = recorded_spec(cfg, record)
     needs = policy_needs(cfg, record)
     rgb = cfg.env.obs_mode == "rgb"
     priv = "privileged" in needs
     return RobotEnvConfig(task=cfg.env.task, namespace=namespace, control_hz=control_hz,
-                          max_episode_steps=spec.max_episode_steps, action_dim=spec.action_dim,
+                          max_episode_steps=int(spec["max_episode_steps"]), action_dim=int(spec["action_dim"]),
                           privileged_topic="/privileged" if priv else None,
-                          privileged_dim=spec.privileged_dim if priv else 0,
+                          privileged_dim=int(spec["privileged_dim"]) if priv else 0,
                           image_topics={c: camera_topic(c) for c in cfg.env.cameras} if rgb else {},
                           image_size=(cfg.env.image_size, cfg.env.image_size),
                           camera=recorded_camera(record) if rgb else None,
                           instruction_topic="/instruction", transport=transport, domain_id=domain_id,
-                          safety=SafetyConfig(action_dim=spec.action_dim, control_hz=control_hz))
+                          safety=SafetyConfig(action_dim=int(spec["action_dim"]), control_hz=control_hz))
 
 
 @torch.no_grad()
@@ -89,7 +106,8 @@ def serve(checkpoint: str | Path, episodes: int = 10, namespace: str = "", contr
           transport: str = "auto", domain_id: int | None = None, record: str | Path | None = None,
           deterministic: bool = True, device: str = "auto") -> dict[str, Any]:
     """Run `episodes` episodes (0: until interrupted) of the checkpoint's policy on the robot."""
-    from embodied.rl.loop_parts import eval_seeds, load_trained
+    from embodied.run.env import eval_seeds
+    from embodied.run.load import load_trained
     from embodied.run.device import policy_act, resolve_device
 
     dev = resolve_device(device, "--device")  # before anything reaches the robot

@@ -109,7 +109,7 @@ class EnvWorker(Role):
     Resets are seeded per env as the full batch's would be (env i gets seed + i)."""
 
     def __init__(self, env_cfg: EnvConfig, start: int, num_envs: int, threads: int = 1):
-        from embodied.rl.loop_parts import build_env  # late: only env workers load the simulators
+        from embodied.run.env import build_env  # late: only env workers load the simulators
 
         self.start, self.num_envs = start, num_envs
         self.env = build_env(dataclasses.replace(env_cfg, num_threads=threads), num_envs)
@@ -132,7 +132,7 @@ class EnvWorker(Role):
     @busy
     def step(self, actions: torch.Tensor) -> ChunkStepResult:
         """actions float32 [n, K, A] -> this shard's ChunkStepResult ([n, K] rewards / flags)."""
-        from embodied.rl.rollout import env_step
+        from embodied.run.env import env_step
 
         return env_step(self.env, actions)
 

@@ -152,7 +152,8 @@ def lost_learner(error: BaseException, restarted: int, budget: int, ckpt: Path |
 def train_with_roles(cfg: ExperimentConfig, resume: str | Path | None = None) -> dict[str, Any]:
     """embodied/rl/train.py's train() for a config with train.backend / train.placement set: the
     same summary, checkpoints, TensorBoard sections and evaluation."""
-    from embodied.rl.loop_parts import build_env, end_iteration, eval_seeds, save_iteration  # at call time: tests patch end_iteration
+    from embodied.rl.loop_parts import end_iteration, save_iteration  # at call time: tests patch end_iteration
+    from embodied.run.env import build_env, eval_seeds
     from embodied.run.stop import stoppable
 
     tc = cfg.train

@@ -22,9 +22,9 @@ class Checkpoint:
 def load_checkpoints(paths: list[str], task: str, device: str = "auto") -> list[Checkpoint]:
     """The checkpoints' policies on `device` (auto, cpu, cuda, cuda:N; embodied/run/device.py):
     checkpoints of `embodied train` or policy directories (`embodied sft`'s final;
-    embodied.rl.loop_parts.load_trained)."""
+    embodied.run.load.load_trained)."""
     from embodied.run.device import resolve_device
-    from embodied.rl.loop_parts import load_trained
+    from embodied.run.load import load_trained
 
     out = []
     for p in paths:

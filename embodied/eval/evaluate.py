@@ -9,19 +9,10 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from embodied.rl.rollout import env_step
 from embodied.eval.video import write_mp4
-from sims.vecenv import VecEnv
 from embodied.run.device import autocast, module_device, to_device, uses_bf16
-
-
-EVAL_SEED_BASE = 1_000_000  # evaluation seeds never overlap training seeds
-
-
-def eval_seeds(n: int) -> list[int]:
-    """The n evaluation seeds every command uses (train's periodic and final evaluation, sft's,
-    `embodied eval`, sim2real, serve): the same weights on the same episodes give one number."""
-    return list(range(EVAL_SEED_BASE, EVAL_SEED_BASE + n))
+from embodied.run.env import env_step
+from sims.vecenv import VecEnv
 
 
 @dataclass

@@ -221,7 +221,7 @@ def run_checkpoints(checkpoints: list[str], task: str, out: str | Path, seeds: i
     """`embodied sim2real CKPT... --task libero:...`: each checkpoint (trained on `task`) in its
     own observation setup (state, privileged or cameras), on every task of `task`."""
     from embodied.eval.candidates import load_checkpoints
-    from embodied.rl.loop_parts import build_env
+    from embodied.run.env import build_env
 
     protocol = protocol_of(task)
     protocol.tasks_of(task)  # the name is checked before any checkpoint loads

@@ -169,8 +169,9 @@ def train_sft(policy: Any, dataset: Dataset, cfg: SFTConfig, eval_env: Any = Non
     the run continues from its step, optimiser, schedule and generators."""
     from torch.utils.tensorboard import SummaryWriter
 
-    from embodied.eval.evaluate import eval_seeds, evaluate
+    from embodied.run.env import eval_seeds
 
+    from embodied.eval.evaluate import evaluate
     torch.manual_seed(cfg.seed)
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)

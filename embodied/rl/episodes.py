@@ -6,7 +6,8 @@ from typing import Any
 
 import torch
 
-from embodied.rl.rollout import EpisodeTally, env_step, stack_steps, tensor_obs
+from embodied.rl.rollout import EpisodeTally, stack_steps, tensor_obs
+from embodied.run.env import env_step
 from embodied.run.device import autocast, module_device, to_device, uses_bf16
 from embodied.rl.trajectory import Trajectory
 from sims.vecenv import EnvError, VecEnv

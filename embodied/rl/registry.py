@@ -16,7 +16,9 @@ An entry says, for one algorithm:
 Adding an algorithm: its losses in rl/algorithms/, its learner (and collector, if it collects
 differently), one `register(Algorithm(...))` below, its settings section in embodied/config.py
 if it has any, and its tests in tests/rl/ (CONTRIBUTING.md). The factories import their
-modules when called, so importing this table (embodied/config.py does) loads no torch.
+modules when called, so importing this table loads no torch. embodied/rl/__init__.py imports it,
+so that with any module of embodied.rl loaded every config is checked against it (add_check of
+embodied/config.py, which imports no learner room).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from embodied.config import add_check
 from embodied.config_loader import ConfigError
 
 
@@ -154,3 +157,9 @@ def _grpo_check(cfg: Any) -> None:
 
 register(Algorithm("grpo", "grpo", _grpo_collector, _grpo_sharded_collector, _grpo_learner, _group_shard,
                    _grpo_check))
+
+
+@add_check
+def check_algorithm(cfg: Any) -> None:
+    """train.algorithm is a name of this table, and its settings pass the entry's check."""
+    algorithm(cfg.train.algorithm).check(cfg)

@@ -7,33 +7,9 @@ from typing import Any
 import torch
 
 from embodied.rl.trajectory import Trajectory
-from embodied.run.device import autocast, module_device, to_device, to_env, uses_bf16
-from sims.vecenv import ChunkStepResult, Obs, StepResult, VecEnv
-
-
-def as_chunk(res: StepResult) -> ChunkStepResult:
-    """View a single step as a chunk of K=1 ([B] -> [B, 1])."""
-    return ChunkStepResult(
-        obs=res.obs,
-        reward=res.reward.unsqueeze(1),
-        terminated=res.terminated.unsqueeze(1),
-        truncated=res.truncated.unsqueeze(1),
-        info={k: v.unsqueeze(1) for k, v in res.info.items() if torch.is_tensor(v) and v.dim() == 1},
-        valid=torch.ones_like(res.terminated).unsqueeze(1),
-        final_obs=res.final_obs,
-    )
-
-
-def env_step(env: VecEnv, actions: torch.Tensor, device: torch.device | None = None) -> ChunkStepResult:
-    """Execute chunks [B, K, A] (on any device); K = 1 takes the plain step path. The actions go
-    to the env's device (to_env); with `device`, the result comes back there (to_device) before
-    anything else touches it."""
-    env_dev = torch.device(getattr(env, "device", "cpu"))
-    if actions.shape[1] == 1:
-        res = env.step(to_env(actions[:, 0], env_dev))
-        return as_chunk(res if device is None else to_device(res, device))
-    res = env.chunk_step(to_env(actions, env_dev))
-    return res if device is None else to_device(res, device)
+from embodied.run.device import autocast, module_device, to_device, uses_bf16
+from embodied.run.env import env_step
+from sims.vecenv import Obs, VecEnv
 
 
 def start_value(value: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,8 @@ import torch
 from embodied.config import ExperimentConfig
 from embodied.eval.evaluate import EvalResult, evaluate
 from embodied.rl.diagnostics import per_task_line, summary_line
-from embodied.rl.loop_parts import build_env, end_iteration, eval_seeds, memory_preflight, preflight, save_iteration
+from embodied.run.env import build_env, eval_seeds
+from embodied.rl.loop_parts import end_iteration, memory_preflight, preflight, save_iteration
 from embodied.rl.registry import algorithm
 from embodied.run.checkpoint import load_checkpoint
 from embodied.run.logger import Logger

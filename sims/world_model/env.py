@@ -126,7 +126,7 @@ class WorldModelVecEnv(VecEnv):
         self.spec = EnvSpec(task=f"wm:{path}", num_envs=num_envs, action_dim=cfg.action_dim,
                             state_dim=cfg.state_dim, privileged_dim=cfg.privileged_dim,
                             max_episode_steps=int(max_episode_steps or cfg.max_episode_steps),
-                            control_hz=cfg.control_hz, cameras=self.cameras, image_size=size)
+                            control_hz=cfg.control_hz, cameras=self.cameras, image_size=size, sim_task=cfg.task)
         B = num_envs
         self._rng = np.random.default_rng(seed)
         self._z = torch.zeros(B, cfg.latent)

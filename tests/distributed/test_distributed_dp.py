@@ -15,7 +15,7 @@ from embodied.distributed.roles import LearnerWorker, build_role_policy
 from embodied.rl.episodes import GroupCollector
 from embodied.rl.learner import PPOLearner
 from embodied.rl.rollout import RolloutCollector
-from embodied.rl.loop_parts import build_env
+from embodied.run.env import build_env
 
 # One minibatch and no per-minibatch advantage normalisation: the loss is a plain mean over the
 # batch, so the mean of the two halves' gradients is the whole batch's (data_parallel.py).

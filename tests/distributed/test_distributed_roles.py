@@ -16,7 +16,7 @@ from embodied.distributed.placement import (PlacementError, check_address, check
 from embodied.distributed.roles import build_role_policy
 from embodied.rl.episodes import GroupCollector
 from embodied.rl.rollout import RolloutCollector
-from embodied.rl.loop_parts import build_env
+from embodied.run.env import build_env
 from policies.base import ActOutput
 
 TINY = ["env.task=PushCube", "env.num_envs=8", "ppo.rollout_steps=8", "ppo.minibatches=2", "ppo.epochs=1",

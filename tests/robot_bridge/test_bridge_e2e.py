@@ -69,7 +69,7 @@ def test_served_policy_matches_simulation(reach_checkpoint, dds_env, tmp_path, t
 
     from embodied.data.dataset import read_episodes, read_meta
     from embodied.eval.evaluate import evaluate
-    from embodied.rl.loop_parts import eval_seeds
+    from embodied.run.env import eval_seeds
     from policies.base import Policy
     from sims.registry import make_env
 

@@ -100,7 +100,7 @@ def test_sim2real_robot_and_finetune_robot_refuse(robot, two_camera_policy, tmp_
     import yaml
 
     from embodied.eval.sim2real_robot import Sim2RealError, robot_config_from_file, run_robot
-    from embodied.rl.loop_parts import load_trained
+    from embodied.run.load import load_trained
     from robot_bridge import robot_check
     from robot_bridge.robot_env import RobotEnv, RobotEnvConfig
 

@@ -32,7 +32,8 @@ SETTINGS = ["env.task=gym:Reacher-v5", "env.num_envs=16", "policy.name=mlp", "po
 
 def _return_before(cfg) -> float:
     """The deterministic return of the policy training starts from (train.py seeds torch, then builds it)."""
-    from embodied.eval.evaluate import eval_seeds, evaluate
+    from embodied.run.env import eval_seeds
+    from embodied.eval.evaluate import evaluate
     from policies.registry import build_policy
     from sims.registry import make_env
 

@@ -237,7 +237,7 @@ def test_bad_blocks_are_one_line_errors(block, field, allowed):
 
 
 def test_config_block_reaches_the_training_env():
-    from embodied.rl.loop_parts import build_env
+    from embodied.run.env import build_env
 
     cfg = config_from_dict({"env": {"num_envs": 2, "num_threads": 1,
                                     "randomization": {"friction": [0.5, 1.5]}}})
