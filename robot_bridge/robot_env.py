@@ -1,17 +1,8 @@
 """RobotEnv: one ROS 2 robot behind the VecEnv contract (B = 1), behind the safety layer.
 
-Observations (dict, B = 1):
-  "state"       float32 [1, S]      per state_layout (robot_bridge/robot_state.py): "tabletop"
-                                    (the MuJoCo suite's 9 from JointState x, y, z, fingers),
-                                    "joints" (2 J), "ee_pose" (the same 9 from a PoseStamped),
-                                    "arm" (2 J + 2: joints and a gripper)
-  "privileged"  float32 [1, P]      std_msgs/Float64MultiArray (digital twins only), optional
-  "ee_pose"     float32 [1, 7]      geometry_msgs/PoseStamped (xyz, qw qx qy qz), optional
-  "rgb_<cam>"   uint8 [1, H, W, 3]  sensor_msgs/Image (rgb8, bgr8, rgba8, bgra8, mono8) or
-                                    CompressedImage (jpeg, png) of any size, brought to
-                                    image_size (H, W) by `camera` (robot_bridge/camera.py:
-                                    decode, roi, centre crop to the aspect, INTER_AREA resize)
-  "instruction" list[str] of 1      from the config or a std_msgs/String topic
+Observations (dict, B = 1): "state" [1, S], optionally "privileged", "ee_pose", "rgb_<cam>",
+and "instruction"; the topics they come from, the checks that drop unusable messages and what a
+reset reads: robot_bridge/robot_inputs.py.
 Actions float32 [1, A]: the safety filter makes a command of them against the newest
 state (where the robot is now, even when a late reply left the observation behind), sent
 through the command interface (robot_bridge/arm_commands.py: the twin's /cmd, a pose target, a
@@ -26,13 +17,7 @@ and a robot streaming states both work, and a step after a late reply is back in
 command whose step timed out is answered (a newer state) before the next one is checked.
 Episodes end on success (topic, classifier or operator) or after max_episode_steps; reset by
 topic (std_msgs/Int64 seed, acknowledged on reset_done_topic), service (std_srvs/Trigger) or
-operator prompt. After a reset every topic is read from messages received after the
-acknowledgement (an instruction topic: the one received within INSTRUCTION_WAIT_S, else the
-latest), so no part of the first observation is from the episode before.
-A received message that cannot be used (a joint state without the configured joints, lengths
-that disagree, NaN or inf; a privileged vector of the wrong size; an image that does not fit
-its encoding, or does not decode) is dropped with a logged warning, never raised: the last
-good message stays the latest, and a timeout error names why the last one was dropped.
+operator prompt.
 """
 
 from __future__ import annotations
@@ -43,22 +28,15 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from robot_bridge import camera as cam_tf
 from robot_bridge import ros_types as rt
 from robot_bridge.arm_commands import ArmCommands, pose_values
 from robot_bridge.robot_env_config import RobotEnvConfig
-from robot_bridge.robot_state import StateReader, check_pose
+from robot_bridge.robot_inputs import RobotInputs, dropped
+from robot_bridge.robot_state import StateReader
 from robot_bridge.safety import SafetyFilter
-from robot_bridge.transport import COMMAND_QOS, SENSOR_QOS, Received, Transport
+from robot_bridge.transport import COMMAND_QOS, Received, Transport
 from robot_bridge.transport_factory import make_transport
 from sims.vecenv import ChunkStepResult, EnvError, EnvSpec, Obs, Seed, StepResult, VecEnv
-
-INSTRUCTION_WAIT_S = 0.5  # after a reset, how long an instruction topic may take to give the episode's own
-
-
-def _dropped(sub: Any) -> str:
-    """The tail of a timeout error: why the subscription's last message was dropped, if any."""
-    return f"; {sub.rejected} ignored, the last because: {sub.last_rejection}" if sub.rejected else ""
 
 
 class RobotEnv(VecEnv):
@@ -78,30 +56,14 @@ class RobotEnv(VecEnv):
         self._own_transport = transport is None
         self.safety = SafetyFilter(c.safety) if c.safety is not None else None
         t = c.topic
-        self._on_pose = self.st.on_pose  # the state (and the sync clock) comes from the pose
-        self._js = (self.tr.subscribe(t(c.ee_pose_topic), "geometry_msgs/msg/PoseStamped", SENSOR_QOS, callback=self.st.track)
-                    if self._on_pose else self.tr.subscribe(t(c.joint_states_topic), "sensor_msgs/msg/JointState", SENSOR_QOS))
-        if self._on_pose and c.gripper_joints:
-            self.st.grip_js = self.tr.subscribe(t(c.joint_states_topic), "sensor_msgs/msg/JointState", SENSOR_QOS)
-        self._images = {cam: self.tr.subscribe(t(top), c.image_type, SENSOR_QOS) for cam, top in c.image_topics.items()}
-        self._priv = self.tr.subscribe(t(c.privileged_topic), "std_msgs/msg/Float64MultiArray", SENSOR_QOS) if c.privileged_topic else None
-        self._pose = (self._js if self._on_pose else self.tr.subscribe(t(c.ee_pose_topic), "geometry_msgs/msg/PoseStamped",
-                                                                        SENSOR_QOS)) if c.ee_pose_topic else None
-        self._instr = self.tr.subscribe(t(c.instruction_topic), "std_msgs/msg/String", SENSOR_QOS) if c.instruction_topic else None
-        self._succ = self.tr.subscribe(t(c.success_topic), "std_msgs/msg/Bool", SENSOR_QOS) if c.success == "topic" else None
+        self.inputs = ins = RobotInputs(c, self.tr, self.st)
+        # the inputs' subscriptions, also read as the env's (robot_check, the robot-RL actor, tests)
+        self._js, self._images, self._priv, self._succ = ins.js, ins.images, ins.priv, ins.succ
+        self._on_pose, self.camera = ins.on_pose, ins.camera
         self._reset_done = self.tr.subscribe(t(c.reset_done_topic), "std_msgs/msg/Int64", COMMAND_QOS) if c.reset == "topic" else None
         self._reset_pub = self.tr.publisher(t(c.reset_topic), "std_msgs/msg/Int64", COMMAND_QOS) if c.reset == "topic" else None
         self.out = ArmCommands(c, self.tr)
         self.tr.subscribe(t(c.estop_topic), "std_msgs/msg/Bool", COMMAND_QOS, callback=self._on_estop)
-        self._js.check = check_pose if self._on_pose else self.st.check_joint_state
-        if self._priv is not None:
-            self._priv.check = self._check_privileged
-        self.camera = c.camera_transform  # every frame: decode, crop, resize (robot_bridge/camera.py)
-        self._frames: dict[str, tuple[Any, np.ndarray]] = {}  # camera -> (message, its transformed frame)
-        for name, sub in self._images.items():
-            sub.check = self._image_check(name)
-        if self._pose is not None:
-            self._pose.check = check_pose
         self.commands_sent = 0
         self.last_command_time = float("nan")
         self.last_obs_time = float("nan")  # receive time of the state the last step observed
@@ -118,81 +80,10 @@ class RobotEnv(VecEnv):
         if msg.data and self.safety is not None:
             self.safety.estop("estop topic")
 
-    # ------------------------------------------------------------------ message checks
-    def _check_privileged(self, msg: Any) -> str | None:
-        p = np.asarray(msg.data, np.float64)
-        if p.size != self.cfg.privileged_dim:
-            return f"expected {self.cfg.privileged_dim} values, got {p.size}"
-        return None if np.isfinite(p).all() else "NaN or inf"
-
-    def _image_check(self, name: str) -> Callable[[Any], str | None]:
-        """A frame is usable when it decodes and transforms; the result is kept for _observe
-        (runs on the transport's receive thread, so the decoding happens once per frame)."""
-        def check(msg: Any) -> str | None:
-            try:
-                self._frames[name] = (msg, self.camera(msg))
-            except (cam_tf.CameraError, ValueError) as e:  # cv2.error is not one; caught below
-                return str(e).removeprefix("image: ")
-            except Exception as e:  # noqa: BLE001 (an OpenCV error on a hostile frame)
-                return f"{type(e).__name__}: {str(e)[:120]}"
-            return None
-        return check
-
-    def _frame(self, name: str, msg: Any) -> np.ndarray:
-        got = self._frames.get(name)
-        return got[1] if got is not None and got[0] is msg else self.camera(msg)
-
     # ------------------------------------------------------------------ observations
-    def _fresh_state(self, after_stamp: float) -> Received:
-        """Wait for a joint state with a header stamp newer than after_stamp."""
-        end = time.monotonic() + self.cfg.obs_timeout_s
-        latest = self._js.latest()
-        seq = latest.seq if latest else 0
-        while latest is None or rt.stamp_seconds(latest.msg.header.stamp) <= after_stamp:
-            left = end - time.monotonic()
-            got = self._js.wait_newer(seq, left) if left > 0 else None
-            if got is None:
-                raise EnvError(f"robot: no new {self._js.topic} within "
-                               f"{self.cfg.obs_timeout_s:.1f} s (is the robot driver running on this domain?)"
-                               + _dropped(self._js))
-            latest, seq = got, got.seq
-        return latest
-
-    def _need(self, sub: Any, what: str, after: float | None = None) -> Received:
-        """The latest message of sub; after a reset (after: the acknowledgement's receive time) the
-        latest one received after it, so that no topic gives the state from before the reset."""
-        if after is not None:
-            got = sub.wait_after(after, self.cfg.obs_timeout_s)
-        else:
-            got = sub.latest() or sub.wait_newer(0, self.cfg.obs_timeout_s)
-        if got is None:
-            raise EnvError(f"robot: nothing received on {sub.topic} ({what}) within {self.cfg.obs_timeout_s:.1f} s"
-                           + _dropped(sub))
-        return got
-
     def _observe(self, js: Received, after: float | None = None) -> Obs:
-        """The observation of joint state js and every other topic's latest message (received after
-        `after`, the reset's acknowledgement, when given)."""
-        c = self.cfg
-        state = self.st.vector(js.msg)
-        obs: Obs = {"state": torch.from_numpy(state.astype(np.float32))[None]}
-        if self._priv is not None:
-            p = rt.float64_array_values(self._need(self._priv, "privileged", after).msg).reshape(-1)
-            if p.size != c.privileged_dim:
-                raise EnvError(f"privileged: expected {c.privileged_dim} values, got {p.size}")
-            obs["privileged"] = torch.from_numpy(p.astype(np.float32))[None]
-        if self._pose is not None:
-            ps = self._need(self._pose, "ee pose", after).msg.pose
-            obs["ee_pose"] = torch.tensor([[ps.position.x, ps.position.y, ps.position.z, ps.orientation.w,
-                                            ps.orientation.x, ps.orientation.y, ps.orientation.z]], dtype=torch.float32)
-        for cam, sub in self._images.items():
-            rgb = self._frame(cam, self._need(sub, "camera", after).msg)  # uint8 [H, W, 3]
-            obs[f"rgb_{cam}"] = torch.from_numpy(rgb)[None]
-        instr = c.instruction
-        if self._instr is not None and self._instr.latest() is not None:  # after a reset: the episode's own
-            got = self._instr.wait_after(after, INSTRUCTION_WAIT_S) if after is not None else None
-            instr = (got or self._instr.latest()).msg.data  # instruction if one comes within 0.5 s
-        obs["instruction"] = [instr]
+        """The observation of joint state js (robot_inputs.py; after: the reset's acknowledgement)."""
+        obs, state = self.inputs.observe(js, after)
         self._stamp = rt.stamp_seconds(js.msg.header.stamp)
         self._pos = state[:self.st.n_pos].copy()  # float64 positions the safety filter checks against
         return obs
@@ -229,7 +120,7 @@ class RobotEnv(VecEnv):
         js = self._js.wait_after(acked, c.obs_timeout_s)
         if js is None:
             raise EnvError(f"robot: no {self._js.topic} after reset within {c.obs_timeout_s:.1f} s"
-                           + _dropped(self._js))
+                           + dropped(self._js))
         self.st.grip = self.st.gripper_now(js.msg)
         if c.interface == "pose_target" and c.ee_orientation is None:  # pose targets keep this orientation
             self.out.orientation = pose_values(js.msg)[3:]
@@ -245,7 +136,7 @@ class RobotEnv(VecEnv):
         """Send commands [A] or [K, A] that passed the filter from position start."""
         self.out.send(cmd, start)
         self.commands_sent += 1
-        self._unanswered = True  # until a state newer than _acted_on arrives (step's _fresh_state)
+        self._unanswered = True  # until a state newer than _acted_on arrives (step's inputs.fresh_state)
         self.last_command_time = time.monotonic()  # for latency: command sent - observation received
 
     def _position(self, js: Received) -> tuple[np.ndarray, float]:
@@ -278,7 +169,7 @@ class RobotEnv(VecEnv):
             # the last command's answer did not come in time (a link fault); it may still arrive and
             # move the robot, so the next command waits for it: else its limits would be checked
             # against a state the robot has already left
-            self._fresh_state(self._acted_on)
+            self.inputs.fresh_state(self._acted_on)
             self._unanswered = False
         latest = self._js.latest()
         self._acted_on = max(self._stamp, rt.stamp_seconds(latest.msg.header.stamp) if latest else -1.0)
@@ -338,7 +229,7 @@ class RobotEnv(VecEnv):
             raise EnvError("robot: call reset() before step()")
         act = action[0] if isinstance(action, torch.Tensor) and action.dim() == 2 and len(action) == 1 else action
         self._command(act)
-        return self._finish(self._fresh_state(self._acted_on) if self.cfg.sync else self._js.latest(), 1)
+        return self._finish(self.inputs.fresh_state(self._acted_on) if self.cfg.sync else self._js.latest(), 1)
 
     def _finish(self, js: Received, steps: int) -> StepResult:
         """The step's result after `steps` control periods, observed from js."""
@@ -389,7 +280,7 @@ class RobotEnv(VecEnv):
         js = self._js.wait_after(done, self.cfg.obs_timeout_s) if self.cfg.sync else self._js.latest()
         if js is None:
             raise EnvError(f"robot: no new {self._js.topic} within {self.cfg.obs_timeout_s:.1f} s after "
-                           f"the trajectory (is the robot driver running on this domain?)" + _dropped(self._js))
+                           f"the trajectory (is the robot driver running on this domain?)" + dropped(self._js))
         res = self._finish(js, sent)
         k = sent - 1
         valid[:, :sent], reward[:, k], term[:, k], trunc[:, k] = True, res.reward, res.terminated, res.truncated
@@ -403,15 +294,14 @@ class RobotEnv(VecEnv):
         frames past success that embodied/robot_rl records for a success classifier)."""
         act = action[0] if isinstance(action, torch.Tensor) and action.dim() == 2 and len(action) == 1 else action
         self._command(act)
-        js = self._fresh_state(self._acted_on) if self.cfg.sync else self._js.latest()
+        js = self.inputs.fresh_state(self._acted_on) if self.cfg.sync else self._js.latest()
         self._unanswered = False
         self._obs = self._observe(js)
         return self._obs
 
     def _success(self, obs: Obs) -> bool:
         if self.cfg.success == "topic":
-            got = self._succ.latest()
-            return bool(got is not None and got.msg.data)
+            return self.inputs.success()
         if self.cfg.success == "classifier":
             return bool(self.success_fn(obs))
         return False
