@@ -120,6 +120,53 @@ def table(results: list[dict]) -> str:
     return "\n".join(rows)
 
 
+def curves_from_logs(logs: list[str]) -> list[dict]:
+    """Each `embodied train` console log's evaluations: {"log", "curve": [(env steps, success)],
+    "per_task": [(env steps, {task: success})]} (the start is env step 0: "success before training")."""
+    import re
+
+    runs = []
+    for path in logs:
+        text = Path(path).read_text()
+        curve, per_task = [], []
+        m = re.search(r"success before training ([0-9.]+)", text)
+        if m:
+            curve.append((0, float(m.group(1))))
+        for m in re.finditer(r"iter \d+ step (\d+): eval success ([0-9.]+)\n  per task: (.*)", text):
+            steps = int(m.group(1))
+            curve.append((steps, float(m.group(2))))
+            per_task.append((steps, {t: float(v) for t, v in (kv.rsplit(" ", 1) for kv in m.group(3).split(", "))}))
+        runs.append({"log": path, "curve": curve, "per_task": per_task})
+    return runs
+
+
+def log_table(runs: list[dict], png: str | None) -> str:
+    """A markdown table of every run's evaluations over env steps (and a PNG of the curves)."""
+    steps = sorted({s for r in runs for s, _ in r["curve"]})
+    rows = ["| env steps | " + " | ".join(Path(r["log"]).stem for r in runs) + " |",
+            "| --- |" + " --- |" * len(runs)]
+    for st in steps:
+        cells = [next((f"{v:.2f}" for s, v in r["curve"] if s == st), "") for r in runs]
+        rows.append(f"| {st:,} | " + " | ".join(cells) + " |")
+    if png:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for r in runs:
+            xs, ys = zip(*r["curve"]) if r["curve"] else ((), ())
+            ax.plot(xs, ys, marker="o", label=Path(r["log"]).stem)
+        ax.set_xlabel("env steps")
+        ax.set_ylabel("success (50 episodes, 5 per task)")
+        ax.set_ylim(0, 1)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(png, dpi=100)
+    return "\n".join(rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--budgets", default="100000,300000,1000000,3000000")
@@ -132,7 +179,13 @@ def main() -> None:
     ap.add_argument("--per-task", type=int, default=0, help="with --from-dataset: episodes of each task (a weaker start)")
     ap.add_argument("--set", nargs="*", default=[], help="overrides for every RL run, e.g. env.num_envs=80")
     ap.add_argument("--out", default="runs/bench_rl_ladder")
+    ap.add_argument("--logs", nargs="*", default=None,
+                    help="only tabulate these `embodied train` console logs' evaluations (stopped runs too)")
+    ap.add_argument("--png", default=None, help="with --logs: write the curves here")
     args = ap.parse_args()
+    if args.logs is not None:
+        print(log_table(curves_from_logs(args.logs), args.png))
+        return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = []
