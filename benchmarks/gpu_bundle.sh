@@ -26,7 +26,8 @@ PKGS=(mani_skill sapien mujoco mujoco-core gymnasium Farama-Notifications glfw P
       dacite defusedxml pytorch-kinematics arm_pytorch_utilities pytorch-seed transforms3d
       trimesh pyperclip importlib_resources tyro docstring_parser typeguard
       ipython ipython_pygments_lexers jedi parso traitlets matplotlib-inline pexpect ptyprocess
-      prompt_toolkit wcwidth stack-data executing asttokens pure_eval)
+      prompt_toolkit wcwidth stack-data executing asttokens pure_eval
+      bitsandbytes)  # 8-bit Adam of the vla_* parts' *_8bit modes (needs torch, numpy, packaging: in the image)
 SPECS=()
 for p in "${PKGS[@]}"; do
     s=$(pin "$p"); [ -n "$s" ] || { echo "gpu_bundle: $p is not pinned in constraints.txt" >&2; exit 2; }
@@ -52,6 +53,9 @@ rm -rf "$MS"/assets/robots/panda/realsense2_description "$MS"/assets/robots/pand
 for d in replicacad robocasa ai2thor kitchen_counter; do
     find "$MS/utils/scene_builder/$d" -type f ! -name '*.py' -delete
 done
+# bitsandbytes: the image's torch is built for CUDA 13; its CUDA 11/12, ROCm and XPU libraries go
+rm -f "$SITE"/bitsandbytes/libbitsandbytes_cuda1[12]*.so "$SITE"/bitsandbytes/libbitsandbytes_rocm*.so \
+      "$SITE"/bitsandbytes/libbitsandbytes_xpu*.so
 rm -rf "$SITE"/sapien/include "$SITE"/sapien/vulkan_library/*.dylib \
        "$SITE"/sapien/sensor/assets
 find "$SITE" -name '__pycache__' -prune -exec rm -rf {} +
