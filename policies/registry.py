@@ -47,6 +47,11 @@ def build_vla(cfg: Any, spec: Any, per_action_value: bool = False) -> Policy:
     greedy) and execute_steps overriding the saved config; a fresh value head on cfg.critic_obs
     (one value per executed action with per_action_value)."""
     own = OVERRIDES.get(cfg.name, ())
+    for other, keys in OVERRIDES.items():  # set on the object by hand (the loader refuses them in a file)
+        wrong = [k for k in keys if k not in own and getattr(cfg, k, None) is not None]
+        if wrong:
+            raise PolicyLoadError(f"policy.{wrong[0]} applies to {other} only, not policy.name={cfg.name}; "
+                                  "remove it or set it to null")
     if not cfg.init_from:
         raise PolicyLoadError(f"policy.init_from: {cfg.name} starts from a save_pretrained directory "
                               "(e.g. the 'final' directory of `embodied sft`)")

@@ -301,11 +301,14 @@ def test_bad_rl_input_gives_one_line_errors(tmp_path):
 
     ARVLA(ARVLAConfig(vision=dict(TINY_VISION))).save_pretrained(tmp_path / "ar")
     env = make_env("Reach", 2, obs_mode="rgb", image_size=32)
-    cfg = load_config(None, ["policy.name=ar_vla", f"policy.init_from={tmp_path / 'ar'}",
-                             "policy.noise_method=flow_noise"]).policy
+    with pytest.raises(ConfigError, match="^unknown config key 'policy.noise_method' for policy.name=ar_vla; allowed"):
+        load_config(None, ["policy.name=ar_vla", f"policy.init_from={tmp_path / 'ar'}", "policy.noise_method=flow_noise"])
+    cfg = load_config(None, ["policy.name=ar_vla", f"policy.init_from={tmp_path / 'ar'}"]).policy
+    cfg.noise_method = "flow_noise"  # set by hand on the object: build_policy refuses it too
     with pytest.raises(PolicyLoadError, match="policy.noise_method applies to flow_vla only"):
         build_policy(cfg, env.spec)
-    cfg.noise_method, cfg.init_from = None, None
+    del cfg.noise_method
+    cfg.init_from = None
     with pytest.raises(PolicyLoadError, match="policy.init_from"):
         build_policy(cfg, env.spec)
     env.close()
