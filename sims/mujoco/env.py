@@ -3,13 +3,14 @@
 The step hot path is vectorised numpy over all envs: actions become actuator targets, the
 batch runs `substeps` physics steps per control step, and observations, rewards and
 success are computed from the state rows (qpos, qvel, ctrl, mocap_pos), which are current
-after each call. Finished envs are reset inside `step` (ManiSkill-style auto-reset).
+after each call. Finished envs are reset inside `step` (ManiSkill-style auto-reset). What the
+MuJoCo Warp backend (warp_env.py) shares with it: options.py (arguments), tabletop.py (resets,
+the episode stream, checkpoint fields).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Any, Sequence
 
@@ -24,15 +25,16 @@ from sims.mujoco.options import CAMERAS, OBS_MODES, REWARD_MODES, SUCCESS_BONUS,
 from sims.mujoco.randomization import RandomizationError, resolve
 from sims.mujoco.randomizer import Randomizer
 from sims.mujoco.scene import COLOR_RGBA, build_model
-from sims.mujoco.seeding import parse_env_ids, parse_seeds, sample_seeded, stream_from
+from sims.mujoco.seeding import parse_env_ids
+from sims.mujoco.tabletop import TabletopVecEnv
 from sims.mujoco.tasks.base import STATE_DIM, Task, state_obs
-from sims.vecenv import ChunkStepResult, EnvError, EnvSpec, Obs, Seed, StepResult, VecEnv, check_action
+from sims.vecenv import ChunkStepResult, EnvError, EnvSpec, Obs, StepResult, check_action
 
 __all__ = ["CAMERAS", "OBS_MODES", "REWARD_MODES", "SUCCESS_BONUS", "MujocoVecEnv", "check_choice", "parse_size"]
 _STAGE = mujoco.mjtStage
 
 
-class MujocoVecEnv(VecEnv):
+class MujocoVecEnv(TabletopVecEnv):
     """Batched tabletop manipulation env (see sims/mujoco/tasks for the tasks).
 
     task: a Task instance. num_envs: B. obs_mode: "state" (no rendering) or "rgb" (adds
@@ -167,25 +169,9 @@ class MujocoVecEnv(VecEnv):
         for j, i in enumerate(ids):
             self._instr[i] = self.task.instruction(ep, j)
 
-    def reset(self, seed: Seed = None, env_ids: torch.Tensor | None = None) -> tuple[Obs, dict]:
-        ids = parse_env_ids(env_ids, self.num_envs)
-        seeds = None
-        if seed is None:
-            ep = self.task.sample_episode(self._rng, len(ids))
-        else:
-            seeds = parse_seeds(seed, len(ids))
-            ep = sample_seeded(self.task.sample_episode, seeds)
-            if not self._seeded:
-                self._rng, self._seeded = stream_from(seeds), True
-                if self._dr is not None:
-                    self._dr.reseed(seeds)
-        if len(ids):
-            order = np.argsort(ids, kind="stable")
-            self._reset_rows(ids[order], {k: v[order] for k, v in ep.items()},
-                             None if seeds is None else [seeds[i] for i in order])
+    def _observe_all(self) -> dict[str, np.ndarray]:
         s = self._read()
-        obs = self._obs_np(s, self.task.evaluate(s, self._ep), None)
-        return self._wrap(obs, list(self._instr)), {}
+        return self._obs_np(s, self.task.evaluate(s, self._ep), None)
 
     # ------------------------------------------------------------------ stepping
     def _actions(self, action: torch.Tensor, chunk: bool = False) -> np.ndarray:
@@ -305,8 +291,6 @@ class MujocoVecEnv(VecEnv):
                                valid=t(valid), final_obs=final)
 
     # ------------------------------------------------------------------ checkpoints
-    JOINT_NAMES = ("x", "y", "z", "finger_left", "finger_right")
-
     def joint_state(self) -> tuple[np.ndarray, np.ndarray]:
         """Positions and velocities float64 [B, 5] of the gripper's joints (JOINT_NAMES):
         the x, y, z slides (m) and the two finger slides (m), as a robot driver reports them."""
@@ -321,20 +305,14 @@ class MujocoVecEnv(VecEnv):
             "num_envs": self.num_envs,
             "physics": self._batch.state.copy(),
             "elapsed_steps": self._elapsed.copy(),
-            "instructions": list(self._instr),
-            "rng_state": json.dumps(self._rng.bit_generator.state),
-            "rng_seeded": int(self._seeded),
+            **self._stream_state(),
         }
-        for k, v in self._ep.items():
-            state[f"episode.{k}"] = v.copy()
         if self._dr is not None:
             state.update(self._dr.state_dict())
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("task") != self.spec.task or int(state.get("num_envs", -1)) != self.num_envs:
-            raise EnvError(f"state_dict: saved for {state.get('task')} x {state.get('num_envs')}, "
-                           f"this env is {self.spec.task} x {self.num_envs}")
+        self._check_saved(state)
         physics = np.asarray(state["physics"], np.float64)
         if physics.shape != self._batch.state.shape:
             raise EnvError(f"state_dict: physics has shape {physics.shape}, "
@@ -342,18 +320,7 @@ class MujocoVecEnv(VecEnv):
         self._batch.state[:] = physics
         self._batch.forward(None, stage=_STAGE.mjSTAGE_VEL)
         self._elapsed[:] = np.asarray(state["elapsed_steps"], np.int64)
-        self._instr = [str(x) for x in state["instructions"]]
-        for key, v in state.items():
-            if key.startswith("episode."):
-                self._ep[key[len("episode."):]] = np.array(v)
-        rng = np.random.default_rng()
-        rng.bit_generator.state = json.loads(state["rng_state"])
-        self._rng, self._seeded = rng, bool(int(state["rng_seeded"]))
-        if (self._dr is None) != ("randomization.queue" not in state):
-            raise EnvError("state_dict: saved with" + ("" if self._dr is None else "out")
-                           + " domain randomisation; build the env with the same randomization/reality")
-        if self._dr is not None:
-            self._dr.load_state_dict(state)
+        self._load_stream(state)
         self._update_progress(None)
 
     # ------------------------------------------------------------------ rendering
@@ -377,9 +344,6 @@ class MujocoVecEnv(VecEnv):
         if self._dr is not None:
             colors, fields = self._dr.colors(ids, colors), self._dr.render_fields(ids)
         return self._renderer.render(self._batch, ids, cam, size, colors, fields)
-
-    def task_labels(self) -> list[str]:
-        return [self.task.label(self._ep, i) for i in range(self.num_envs)]
 
     def render(self, env_ids: Sequence[int] | None = None, camera: str | None = None) -> torch.Tensor:
         """uint8 [n, H, W, 3] frames at render_size of envs env_ids (default all)."""

@@ -22,7 +22,6 @@ the camera and light knobs are not on this backend yet and are refused in one li
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any, Sequence
 
 import numpy as np
@@ -33,14 +32,15 @@ from sims.mujoco.control import ACTION_DIM, apply_action
 from sims.mujoco.options import CAMERAS, SUCCESS_BONUS, check_choice, check_options, parse_size
 from sims.mujoco.randomization import RandomizationError, resolve
 from sims.mujoco.scene import COLOR_RGBA, build_model
-from sims.mujoco.seeding import parse_env_ids, parse_seeds, sample_seeded, stream_from
+from sims.mujoco.seeding import parse_env_ids
+from sims.mujoco.tabletop import TabletopVecEnv
 from sims.mujoco.tasks.base import STATE_DIM, Task, state_obs
 from sims.mujoco.warp_randomizer import BATCHED, WARP_KNOBS, WarpRandomizer, unsupported
 from sims.mujoco.warp_worlds import WarpWorlds
-from sims.vecenv import ChunkStepResult, EnvError, EnvSpec, Obs, Seed, StepResult, VecEnv, check_action
+from sims.vecenv import ChunkStepResult, EnvError, EnvSpec, Obs, StepResult, check_action
 
 
-class WarpVecEnv(VecEnv):
+class WarpVecEnv(TabletopVecEnv):
     """Batched tabletop manipulation on MuJoCo Warp; the arguments are MujocoVecEnv's.
 
     device: where the worlds live ("cuda", "cuda:1" or "cpu": warp's CPU device). num_threads is
@@ -173,25 +173,9 @@ class WarpVecEnv(VecEnv):
         for j, i in enumerate(ids):
             self._instr[i] = self.task.instruction(ep, j)
 
-    def reset(self, seed: Seed = None, env_ids: torch.Tensor | None = None) -> tuple[Obs, dict]:
-        ids = parse_env_ids(env_ids, self.num_envs)
-        seeds = None
-        if seed is None:
-            ep = self.task.sample_episode(self._rng, len(ids))
-        else:
-            seeds = parse_seeds(seed, len(ids))
-            ep = sample_seeded(self.task.sample_episode, seeds)
-            if not self._seeded:
-                self._rng, self._seeded = stream_from(seeds), True
-                if self._dr is not None:
-                    self._dr.reseed(seeds)
-        if len(ids):
-            order = np.argsort(ids, kind="stable")
-            self._reset_rows(ids[order], {k: v[order] for k, v in ep.items()},
-                             None if seeds is None else [seeds[i] for i in order])
+    def _observe_all(self) -> dict[str, torch.Tensor]:
         s = self._read()
-        obs = self._obs(s, self.task.evaluate(s, self._ep_dev), None)
-        return self._wrap(obs, list(self._instr)), {}
+        return self._obs(s, self.task.evaluate(s, self._ep_dev), None)
 
     # ------------------------------------------------------------------ stepping
     def _actions(self, action: torch.Tensor, chunk: bool = False) -> torch.Tensor:
@@ -298,7 +282,6 @@ class WarpVecEnv(VecEnv):
                                info=info, valid=valid, final_obs=final)
 
     # ------------------------------------------------------------------ checkpoints
-    JOINT_NAMES = ("x", "y", "z", "finger_left", "finger_right")
     _STATE = ("qpos", "qvel", "ctrl", "mocap_pos", "mocap_quat", "qacc_warmstart", "act")
 
     def _joints(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -318,22 +301,16 @@ class WarpVecEnv(VecEnv):
 
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {"task": self.spec.task, "num_envs": self.num_envs, "backend": "warp",
-                                 "elapsed_steps": self._elapsed.cpu().numpy(), "instructions": list(self._instr),
-                                 "rng_state": json.dumps(self._rng.bit_generator.state),
-                                 "rng_seeded": int(self._seeded)}
+                                 "elapsed_steps": self._elapsed.cpu().numpy(), **self._stream_state()}
         for name in self._STATE:
             state[f"physics.{name}"] = self.wp.to_torch(getattr(self._d, name)).cpu().numpy().copy()
         state["geom_rgba"] = self._rgba.cpu().numpy().copy()
-        for k, v in self._ep.items():
-            state[f"episode.{k}"] = v.copy()
         if self._dr is not None:
             state.update(self._dr.state_dict())
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("task") != self.spec.task or int(state.get("num_envs", -1)) != self.num_envs:
-            raise EnvError(f"state_dict: saved for {state.get('task')} x {state.get('num_envs')}, "
-                           f"this env is {self.spec.task} x {self.num_envs}")
+        self._check_saved(state)
         if state.get("backend") != "warp":
             raise EnvError("state_dict: saved by the C MuJoCo backend; resume with env.backend=cpu")
         for name in self._STATE:
@@ -341,28 +318,15 @@ class WarpVecEnv(VecEnv):
             view.copy_(torch.as_tensor(np.asarray(state[f"physics.{name}"])).to(view))
         self._rgba.copy_(torch.as_tensor(np.asarray(state["geom_rgba"])).to(self._rgba))
         self._elapsed.copy_(torch.as_tensor(np.asarray(state["elapsed_steps"], np.int64)))
-        self._instr = [str(x) for x in state["instructions"]]
-        for key, v in state.items():
-            if key.startswith("episode."):
-                arr = np.array(v)
-                self._ep[key[len("episode."):]] = arr
-                self._ep_dev[key[len("episode."):]] = torch.as_tensor(
-                    arr, dtype=torch.float32 if arr.dtype.kind == "f" else torch.int64, device=self.device)
-        rng = np.random.default_rng()
-        rng.bit_generator.state = json.loads(state["rng_state"])
-        self._rng, self._seeded = rng, bool(int(state["rng_seeded"]))
-        if (self._dr is None) != ("randomization.queue" not in state):
-            raise EnvError("state_dict: saved with" + ("" if self._dr is None else "out")
-                           + " domain randomisation; build the env with the same randomization/reality")
-        if self._dr is not None:
-            self._dr.load_state_dict(state)
+        self._load_stream(state)
+        for k in (key[len("episode."):] for key in state if key.startswith("episode.")):
+            arr = self._ep[k]  # the episode variables on the device too
+            self._ep_dev[k] = torch.as_tensor(arr, dtype=torch.float32 if arr.dtype.kind == "f" else torch.int64,
+                                              device=self.device)
         s = self._read()
         self._progress.copy_(self.task.progress(s, self._ep_dev, self.task.evaluate(s, self._ep_dev)).float())
 
     # ------------------------------------------------------------------ rendering
-    def task_labels(self) -> list[str]:
-        return [self.task.label(self._ep, i) for i in range(self.num_envs)]
-
     def render(self, env_ids: Sequence[int] | None = None, camera: str | None = None) -> torch.Tensor:
         """uint8 [n, H, W, 3] frames at render_size of envs env_ids (default all), on the host."""
         camera = camera or (self.cameras[0] if self.cameras else "front")
