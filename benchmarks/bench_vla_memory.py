@@ -163,6 +163,54 @@ def peak_rss() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0
 
 
+class InUse:
+    """Samples every 5 ms, in a thread, what the C allocator has handed out and not taken back
+    (glibc's mallinfo2: uordblks + hblkhd; tensors, Python objects, libraries' buffers) and the
+    resident memory; keeps their peaks. The difference is memory the allocator holds free but has
+    not returned to the system. Stops the process (exit 3, one line) when the resident memory
+    passes `stop_gib` (a job on a shared machine must keep under its share)."""
+
+    def __init__(self, stop_gib: float = 0.0):
+        import ctypes
+        import threading
+
+        class MallInfo2(ctypes.Structure):
+            _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                        "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+        try:
+            self._info = ctypes.CDLL("libc.so.6").mallinfo2
+            self._info.restype = MallInfo2
+        except (OSError, AttributeError):  # not glibc >= 2.33: the in-use peak stays nan
+            self._info = None
+        self.stop_gib, self.peak, self.peak_rss, self._run = stop_gib, float("nan"), 0.0, True
+        self.base = self.now()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def now(self) -> float:
+        if self._info is None:
+            return float("nan")
+        m = self._info()
+        return float(m.uordblks + m.hblkhd)
+
+    def _loop(self) -> None:
+        while self._run:
+            used, res = self.now(), rss()
+            self.peak = used if not self.peak >= used else self.peak
+            self.peak_rss = max(self.peak_rss, res)
+            if self.stop_gib and res > self.stop_gib * GiB:
+                print(json.dumps({"result": f"stopped: resident memory {res / GiB:.2f} GiB passed --limit-gib "
+                                            f"{self.stop_gib}; in use at most {(self.peak - self.base) / GiB:.2f} "
+                                            "GiB above the start"}), flush=True)
+                os._exit(3)
+            time.sleep(0.005)
+
+    def close(self) -> None:
+        self._run = False
+        self._thread.join()
+
+
 def child(args) -> dict:
     import torch
 
@@ -175,7 +223,12 @@ def child(args) -> dict:
     import policies.vla.modes  # noqa: F401
     if args.child != "act" and MODES[args.child.split(":")[0]][4] == "adam_8bit":
         import bitsandbytes  # noqa: F401
+    if not args.keep_malloc:
+        from policies.memory import return_freed_memory
+
+        return_freed_memory()  # as `embodied train` / `sft` on a CPU (policies/memory.py check_device)
     base = rss()
+    in_use = InUse(args.limit_gib)
     t0 = time.perf_counter()
     if args.child == "act":
         from policies.vla.flow import FlowVLA
@@ -211,7 +264,9 @@ def child(args) -> dict:
         times.append(time.perf_counter() - t)
         cpu.append(time.process_time() - c)
         print(f"step {len(times)}: {times[-1]:.0f} s, {cpu[-1]:.0f} CPU s", file=sys.stderr, flush=True)
-    return {"step_cpu_s": cpu[-1], "case": args.child, "mode": mode, "step": step, "batch": args.batch, "build_s": build_s,
+    in_use.close()
+    return {"peak_in_use_gib": (in_use.peak - in_use.base) / GiB, "keep_malloc": args.keep_malloc,
+            "step_cpu_s": cpu[-1], "case": args.child, "mode": mode, "step": step, "batch": args.batch, "build_s": build_s,
             "step_s": times[-1], "first_step_s": times[0], "samples_per_s": args.batch / times[-1],
             "peak_gib": (peak_rss() - base) / GiB, "after_build_gib": (built - base) / GiB, "base_gib": base / GiB,
             "losses": losses}
@@ -231,14 +286,14 @@ def parent(args) -> None:
             pred = predict("flow_vla", cfg, plan_of(mode, step, args.batch))
             row.update(mode=mode, step=step, predicted_gib=pred["total"] / GiB,
                        trainable_m=pred["trainable_params"] / 1e6, params_m=pred["params"] / 1e6)
-            if pred["total"] / GiB > args.limit_gib - 1.0:
-                row["result"] = f"not run: predicted {pred['total'] / GiB:.1f} GiB > {args.limit_gib - 1:.0f} GiB"
+            if pred["total"] / GiB > args.limit_gib - 0.5:
+                row["result"] = f"not run: predicted {pred['total'] / GiB:.1f} GiB > {args.limit_gib - 0.5:.1f} GiB"
                 print(json.dumps(row), flush=True)
                 with out.open("a") as f:
                     f.write(json.dumps(row) + "\n")
                 continue
         cmd = [sys.executable, __file__, "--child", case, "--preset", args.preset, "--batch", str(args.batch),
-               "--threads", str(args.threads), "--steps", str(args.steps)]
+               "--threads", str(args.threads), "--steps", str(args.steps), "--limit-gib", str(args.limit_gib)] + (["--keep-malloc"] * args.keep_malloc)
         t = time.perf_counter()
         try:
             with out.with_suffix(".stderr.log").open("a") as err:  # the children's progress and errors
@@ -289,8 +344,13 @@ def main() -> None:
     ap.add_argument("--preset", default="smolvla")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--cases", default=",".join(ORDER), help="mode:rl, mode:sft or act, in order")
-    ap.add_argument("--limit-gib", type=float, default=6.0)
+    ap.add_argument("--limit-gib", type=float, default=5.5,
+                    help="a child stops when its resident memory passes this; cases predicted above it less 0.5 GiB "
+                         "(the process itself) are not run")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--keep-malloc", action="store_true",
+                    help="leave glibc's mmap threshold dynamic (by default a child sets it as embodied train does on "
+                         "a CPU: policies/memory.py return_freed_memory)")
     ap.add_argument("--steps", type=int, default=1)
     ap.add_argument("--case-timeout", type=int, default=1200)
     ap.add_argument("--out", default="runs/vla_memory.jsonl")

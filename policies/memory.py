@@ -199,6 +199,27 @@ def predict(name: str, config: Any, plan: Plan, policy: Any = None) -> dict[str,
     return parts
 
 
+# glibc's M_MMAP_THRESHOLD (malloc.h) and the value set: blocks from 1 MiB up are mapped and unmapped
+M_MMAP_THRESHOLD, MMAP_THRESHOLD = -3, 1 << 20
+
+
+def return_freed_memory(threshold: int = MMAP_THRESHOLD) -> bool:
+    """Make glibc serve allocations of `threshold` bytes and more with mmap, so that a freed tensor's
+    memory goes back to the system at once. Left alone, glibc raises this threshold (128 KiB at
+    start) to the size of each mapped block freed, up to 32 MiB; after that, blocks of that size
+    (a SmolVLA vision layer's [8, 1024, 768] float32 activations are 24 MiB) come from its heap and
+    stay resident once freed, wherever another live block sits above them. A LoRA step, whose
+    backward recomputes and frees the vision tower's activations layer by layer between the
+    gradients it keeps, then held 2.4 times the memory it used (docs/results/vla_memory.md).
+    Setting the threshold turns the raising off. Returns False where the C library is not glibc."""
+    import ctypes
+
+    try:
+        return bool(ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, int(threshold)))
+    except (OSError, AttributeError):
+        return False
+
+
 def device_bytes(device: Any) -> tuple[float, str]:
     """What the device holds: a CUDA device's total memory, or the RAM available now on a CPU."""
     device = torch.device(device)
@@ -230,11 +251,14 @@ def check_device(plan: Plan, policy: Any, device: Any, what: str = "run", knobs:
     """One line with the predicted peak of training the built `policy` under `plan` on `device`;
     MemoryError (one line, naming the settings that shrink it) when it cannot fit: above a CUDA
     device's total memory, or on a CPU above the RAM available now plus the weights that `policy`
-    already holds there."""
+    already holds there. On a CPU, a run predicted at 1 GiB or more also gets
+    `return_freed_memory()`, so that its resident memory follows the prediction."""
     parts = predict(policy.name, policy.config, plan, policy=policy)
     have, where = device_bytes(device)
     if torch.device(device).type == "cpu":
         have += parts["weights"]
+        if parts["total"] >= GiB:
+            return_freed_memory()
     line = f"memory: {summary_line(parts)}; {where}: {have / GiB:.1f} GiB"
     if parts["total"] > have:
         raise MemoryError(f"{line}: this {what} does not fit; shrink it with {knobs} (docs/vla.md, training modes)")
