@@ -81,6 +81,7 @@ bench-learning: setup
 bench-cluster: setup
 	$(PY) -m pytest -q tests/distributed/test_distributed_hosts.py
 	$(PY) benchmarks/bench_cluster.py --out runs/bench_cluster.json
+	$(PY) benchmarks/bench_cluster.py --cuts-in-a-row 10 --out runs/bench_cluster_row.json
 
 # LeRobot's own dataset loader against ours, both ways (benchmarks/lerobot_check.py, docs/datasets.md);
 # never part of `make test`. A side venv, .venv-lerobot, holds `lerobot-dataset` 0.4.4 (module

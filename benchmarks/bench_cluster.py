@@ -15,7 +15,12 @@ All hosts share this machine's cores: the two-host figure measures what the spli
 link cost, not what a second machine adds. Steps/s is the median of time/steps_per_second over
 the iterations after the first two. Repeats alternate the layouts.
 
+    in a row    (--cuts-in-a-row N) one run through N host losses: env1 and env0 in turn, two
+                link cuts then two killed raylets, each host back and a worker moved to it before
+                the next loss; then SIGINT keeps the run.
+
 Usage: python benchmarks/bench_cluster.py [--iterations 8] [--loss-iterations 30] [--repeats 3] [--cpus 3] [--out FILE]
+       python benchmarks/bench_cluster.py --cuts-in-a-row 10 [--out FILE]
 """
 
 from __future__ import annotations
@@ -121,6 +126,73 @@ def host_loss(cpus: float, iterations: int, steps_per_iter: int, tmp: Path, mode
                 "exit": proc.returncode}
 
 
+def wait_for_count(proc: subprocess.Popen, lines: list[tuple[float, str]], text: str, n: int, timeout: float) -> float:
+    """The arrival time of the n-th line (1-based) holding text."""
+    t = time.time()
+    while True:
+        hits = [at for at, line in lines if text in line]
+        if len(hits) >= n:
+            return hits[n - 1]
+        if proc.poll() is not None or time.time() - t > timeout:
+            raise RuntimeError(f"no {text!r} number {n}:\n" + "".join(ln for _, ln in lines)[-3000:])
+        time.sleep(0.1)
+
+
+def rejoin(c: NetnsCluster, host: str, tries: int = 3) -> tuple[float, int]:
+    """The host's Ray node started again as an operator would: `ray start` retried when it times
+    out (under load the head's GCS can miss a start-up deadline) -> (seconds, starts)."""
+    t = time.time()
+    for k in range(1, tries + 1):
+        try:
+            c.restart(host)
+            return time.time() - t, k
+        except RuntimeError as e:
+            if k == tries:
+                raise
+            print(f"  ray start on {host} failed ({str(e).splitlines()[-1][:120]}); again", flush=True)
+    raise AssertionError("unreachable")
+
+
+def cuts_in_a_row(cpus: float, cuts: int, steps_per_iter: int, tmp: Path) -> dict:
+    """One run, `cuts` host losses one after another: env1 and env0 in turn, two link cuts then
+    two killed raylets; each time the worker is rebuilt on the other host, the host returns and a
+    worker moves back to it before the next loss. Then SIGINT, which keeps the run."""
+    c = NetnsCluster([Host("env0", (cpus - 1) / 2, "role=env"), Host("env1", (cpus - 1) / 2, "role=env")],
+                     head_cpus=1, env=FAST_FAILURE)
+    with c:
+        run = tmp / f"row_{time.time_ns()}"
+        proc, lines = drive(c, train_argv(c, run, 10**6 * steps_per_iter, ", labels: {role: env}", []))
+        losses = []
+        try:
+            wait_for(proc, lines, "roles:", 300)
+            for i in range(cuts):
+                host, mode = ("env1", "env0")[i % 2], ("link", "link", "raylet", "raylet")[i % 4]
+                time.sleep(3)
+                t_cut = time.time()
+                if mode == "link":
+                    c.cut(host)
+                else:
+                    os.kill(c.raylet_pid(host), 9)
+                t_rebuilt = wait_for_count(proc, lines, "lost: rebuilt", i + 1, 300)
+                c.restore(host)
+                t_back = time.time()
+                restart_s, starts = rejoin(c, host)
+                t_moved = wait_for_count(proc, lines, "moved to", i + 1, 300)
+                losses.append({"host": host, "mode": mode, "cut_to_rebuilt_s": t_rebuilt - t_cut,
+                               "host_back_to_moved_s": t_moved - t_back, "ray_worker_restart_s": restart_s,
+                               "ray_start_tries": starts})
+                print(f"  loss {i + 1}/{cuts} ({host}, {mode}): rebuilt {t_rebuilt - t_cut:.1f}s after it, "
+                      f"moved back {t_moved - t_back:.1f}s after the host returned", flush=True)
+            proc.send_signal(2)
+            proc.wait(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        return {"losses": losses, "exit": proc.returncode,
+                "dropped_episodes": tb_scalars(run, "rollout/dropped_episodes")[-1],
+                "kept": [ln.strip() for _, ln in lines[-5:]]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--iterations", type=int, default=8)
@@ -129,11 +201,22 @@ def main() -> None:
     ap.add_argument("--cpus", type=float, default=3, help="logical Ray CPUs in all (one host / two hosts)")
     ap.add_argument("--loss-modes", default="link,raylet", help="link (cut), raylet (killed), or both")
     ap.add_argument("--skip-throughput", action="store_true")
+    ap.add_argument("--cuts-in-a-row", type=int, default=0,
+                    help="instead of the above: N host losses in one run (link and raylet, both hosts in turn)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     steps_per_iter = 128 * 32  # configs/ppo/ppo_pushcube.yaml: 128 envs x ppo.rollout_steps 32
     results: dict = {"throughput": [], "host_loss": [], "load_before": os.getloadavg()}
+    if args.cuts_in_a_row:
+        with tempfile.TemporaryDirectory(prefix="bench_cluster_") as tmp:
+            res = cuts_in_a_row(args.cpus, args.cuts_in_a_row, steps_per_iter, Path(tmp))
+        res["load_before"], res["load_after"] = results["load_before"], os.getloadavg()
+        print(f"{len(res['losses'])} of {args.cuts_in_a_row} losses survived; exit {res['exit']} after SIGINT; "
+              f"{res['dropped_episodes']:.0f} episodes dropped", flush=True)
+        if args.out:
+            args.out.write_text(json.dumps(res, indent=1))
+        sys.exit(0 if len(res["losses"]) == args.cuts_in_a_row else 1)
     with tempfile.TemporaryDirectory(prefix="bench_cluster_") as tmp:
         for r in range(0 if args.skip_throughput else args.repeats):
             for layout in ("one host", "two hosts") if r % 2 == 0 else ("two hosts", "one host"):
