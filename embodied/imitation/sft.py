@@ -39,6 +39,9 @@ class SFTConfig:
     num_steps: int = 10  # flow: Euler steps in act
     execute_steps: int = 0  # actions of each chunk executed before re-planning (0 = all K)
     cameras: list[str] = field(default_factory=lambda: ["front"])
+    # masked: the policy is blind to the instruction (its prompt is empty, kept in the checkpoint, so
+    # RL, eval and sim2real of it stay blind): the text-blind baseline of an instruction suite
+    instruction: Literal["read", "masked"] = "read"
     dataset: str = ""  # LeRobot v3 dataset root (embodied.data.lerobot.LeRobotDataset)
     task: str = "Reach"  # evaluation task
     image_size: int = 64  # rendered images; also the tiny preset's vision input size
@@ -115,6 +118,8 @@ def build_policy(cfg: SFTConfig, stats: dict[str, Any] | None = None) -> Any:
         policy = klass(make_config(klass.config_class, cfg.preset, chunk_size=cfg.chunk_size,
                                    cameras=list(cfg.cameras), **extra))
     policy.config.execute_steps = cfg.execute_steps
+    if cfg.instruction == "masked":
+        policy.config.prompt_template = ""  # every instruction tokenises as the empty text
     if stats is not None and not cfg.init_from:
         policy.set_stats(stats)
     from policies.vla.modes import ModeError, apply_modes
