@@ -17,7 +17,10 @@ A lift is the mean of the last two evaluations (64 held-out seeds, deterministic
 the SFT policy's success. The report gives each mode's mean lift over seeds with its 95%
 percentile bootstrap interval (embodied/eval/stats.py, the seed is the unit) and each mode's
 gap to full training: the mean over seeds of (mode lift - full lift), the pairs sharing a seed's
-SFT start, with its bootstrap interval.
+SFT start, with its bootstrap interval (with 2-3 seeds a coarse one: it cannot reach past the
+seeds' own extremes). Per seed, the gap is also the difference of two late success rates over the
+same 128 evaluation episodes (2 x 64; the SFT start is shared), given with Newcombe's interval
+for a difference of two rates: the evaluation's noise, not the seed's.
 
 Runs go seed by seed (all modes of a seed, then the next), so a run cut short still compares the
 modes on the seeds it finished. Writes <out>/modes.json after every run. Seeds may run in separate
@@ -37,6 +40,7 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
+EVAL_EPISODES = 64  # per evaluation in configs/lift/lift_*.yaml (rl.train.eval_episodes); a lift's late = 2 of them
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
@@ -66,7 +70,7 @@ def shared_builds(root: Path):
 
 def report(data: dict) -> str:
     """The table of lifts and gaps (markdown) from modes.json's content."""
-    from embodied.eval.stats import stratified_bootstrap_ci
+    from embodied.eval.stats import newcombe_difference, stratified_bootstrap_ci
 
     runs = data["runs"]  # mode -> seed -> {before, late, lift, minutes}
     lines = ["| mode | seeds | SFT success | last two evaluations | lift, mean [95% CI] | gap to full [95% CI] "
@@ -87,7 +91,18 @@ def report(data: dict) -> str:
         minutes = statistics.mean(per[s]["minutes"] for s in seeds)
         lines.append(f"| {mode} | {','.join(seeds)} | {before} | {late} | {point:+.3f} [{lo:+.3f}, {hi:+.3f}] "
                      f"| {gap} | {minutes:.1f} |")
-    return "\n".join(lines)
+    per_seed = []
+    for mode, per in runs.items():
+        if mode == "full":
+            continue
+        cells = []
+        for sd in sorted(set(per) & set(full), key=int):
+            n = 2 * EVAL_EPISODES
+            d, lo, hi = newcombe_difference(round(per[sd]["late"] * n), n, round(full[sd]["late"] * n), n)
+            cells.append(f"seed {sd}: {d:+.3f} [{lo:+.3f}, {hi:+.3f}]")
+        if cells:
+            per_seed.append(f"- {mode} - full, late success per seed (Newcombe 95%): " + "; ".join(cells))
+    return "\n".join(lines + ([""] + per_seed if per_seed else []))
 
 
 def main() -> None:
