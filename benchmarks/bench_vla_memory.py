@@ -321,16 +321,21 @@ def table(path: str) -> None:
     for r in rows:
         if r["case"] != "act" and r["mode"] in MODES:
             cfg = preset_config(r["preset"])
-            r["predicted_gib"] = predict("flow_vla", cfg, plan_of(r["mode"], r["step"], r["batch"]))["total"] / GiB
-    print("| mode | step | trainable / all (M) | predicted peak GiB | measured peak GiB | s / step (CPU s) | samples/s |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+            pred = predict("flow_vla", cfg, plan_of(r["mode"], r["step"], r["batch"]))
+            r["predicted_gib"], r["predicted_first_gib"] = pred["total"] / GiB, pred["first_step"] / GiB
+    print("| mode | step | steps run | trainable / all (M) | predicted peak GiB: first step / steady | measured peak "
+          "GiB: resident (allocator in use) | s / step (CPU s) | samples/s |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         if r["case"] == "act":
             continue
         measured = f"{r['peak_gib']:.2f}" if "peak_gib" in r else r.get("result", "")
+        if "peak_in_use_gib" in r:
+            measured += f" ({r['peak_in_use_gib']:.2f})" + (", glibc's dynamic threshold" if r.get("keep_malloc") else "")
         speed = (f"{r['step_s']:.0f} ({r['step_cpu_s']:.0f}) | {r['samples_per_s']:.3f}" if "step_s" in r else " | ")
-        print(f"| {r['mode']} | {r['step']} | {r['trainable_m']:.0f} / {r['params_m']:.0f} | {r['predicted_gib']:.2f} "
-              f"| {measured} | {speed} |")
+        first = f"{r['predicted_first_gib']:.2f}" if "predicted_first_gib" in r else "?"
+        print(f"| {r['mode']} | {r['step']} | {len(r.get('losses', [])) or ''} | {r['trainable_m']:.0f} / "
+              f"{r['params_m']:.0f} | {first} / {r['predicted_gib']:.2f} | {measured} | {speed} |")
     for r in rows:
         if r["case"] == "act":
             print(f"\nact latency (deterministic, {r.get('threads', 1)} thread(s)): one observation "

@@ -4,8 +4,10 @@
     peak = weights + gradients + optimiser state + KL reference + autocast's weight copies
            + max(activations of one training step, activations of one act, the optimiser's
                  temporaries)
-(in a steady step the activations are freed as the backward fills the gradients, and the
-optimiser's step runs after them)
+(a steady step: the learners zero the gradients after the forward, so the last step's gradients
+and the optimiser state are held while the forward keeps its activations; the activations are
+freed as the backward fills the gradients, and the optimiser's step runs after them). The first
+step has neither gradients nor state in its forward: "first_step" below.
 
   weights       every parameter at its dtype (frozen ones in bf16 with frozen_dtype=bfloat16)
   gradients     4 B per trainable parameter (they stay float32)
@@ -194,6 +196,12 @@ def predict(name: str, config: Any, plan: Plan, policy: Any = None) -> dict[str,
     parts["optimizer_temp"] = 4.0 * trainable if plan.optimizer == "adam" else 0.0
     parts["total"] = (sum(v for k, v in parts.items() if not k.startswith(("act_", "rollout", "optimizer_temp")))
                       + max(step, rollout, parts["optimizer_temp"]))
+    # the first step, before any gradient or optimiser state exists: its forward holds the
+    # activations, its optimiser step the gradients and the freshly made state (what a one-step
+    # measurement sees; from the second step on, the last step's gradients and the state are
+    # held through the forward: "total")
+    parts["first_step"] = (parts["weights"] + parts["reference"] + parts["autocast_copies"]
+                           + max(step, rollout, parts["gradients"] + parts["optimizer"] + parts["optimizer_temp"]))
     parts["trainable_params"] = float(trainable)
     parts["params"] = float(sum(p.numel() for p in policy.parameters()))
     return parts
