@@ -11,6 +11,10 @@ mean and best. A test's threshold sits below the worst of at least 5 seeds.
 reach_color is tests/imitation/test_vla_learning.py's SFT from pixels (its --set takes demos= and steps=);
 it prints the test's scores per seed and their worst.
 
+lift_multi_ppo_state is tests/rl/test_rl_lift_multitask_state.py's state MLP on two tasks (demos,
+behaviour cloning and PPO; its --set takes the config's collect./bc./rl. keys); it prints each
+task's lift per seed too.
+
 Writes <out>/<name>.json (one entry per seed).
 """
 
@@ -61,6 +65,25 @@ def reach_color(seeds: str, overrides: list[str], out: Path) -> None:
     print(f"reach_color {kw or 'the test recipe'}: {len(runs)} seeds, worst {worst}")
 
 
+def multi_state(seeds: str, overrides: list[str], out: Path) -> None:
+    """tests/rl/test_rl_lift_multitask_state.py's run once per seed; the lift over both tasks and per task."""
+    sys.path.insert(0, str(ROOT / "tests" / "rl"))
+    from test_rl_lift_multitask_state import state_lift
+    name, runs = "lift_multi_ppo_state", {}
+    for seed in map(int, seeds.split(",")):
+        t0 = time.time()
+        r = state_lift(seed, out / f"{name}_s{seed}", overrides)
+        runs[str(seed)] = {**r, "late": r["after"], "minutes": round((time.time() - t0) / 60, 2)}  # late: report()'s
+        (out / f"{name}.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "set": overrides,
+                                                      "runs": runs}, indent=1))
+    report(name, runs)
+    for task in runs[next(iter(runs))]["per_task"]:
+        lifts = [r["per_task"][task]["lift"] for r in runs.values()]
+        print(f"  {task}: lift worst {min(lifts):+.2f}, mean {statistics.mean(lifts):+.2f}; per seed "
+              + ", ".join(f"{s}: {r['per_task'][task]['before']:.2f} -> {r['per_task'][task]['after']:.2f}"
+                          for s, r in runs.items()))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("name", nargs="?", help="a configs/lift/lift_*.yaml name, e.g. lift_reach_flow_noise")
@@ -82,6 +105,10 @@ def main() -> None:
         return
     if args.name == "reach_color":
         reach_color(args.seeds, args.set, out)
+        return
+    if args.name == "lift_multi_ppo_state":
+        torch.set_num_threads(1)
+        multi_state(args.seeds, args.set, out)
         return
     if not args.name or not (ROOT / "configs" / "lift" / f"{args.name}.yaml").is_file():
         sys.exit(f"name: give a configs/lift/lift_*.yaml name, got {args.name!r}")
