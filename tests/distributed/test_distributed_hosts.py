@@ -71,6 +71,7 @@ def scalars(run_dir: Path, tag: str) -> list[float]:
     return [e.value for e in acc.Scalars(tag)]
 
 
+@long_run  # 37 s; the suite's host cut checks the same placement (docs/results/suite.md)
 def test_env_workers_on_the_worker_hosts_and_weights_equal_local(cluster, tmp_path):
     proc = train_on_head(cluster, tmp_path / "cluster", "train.total_steps=256")
     out, _ = proc.communicate(timeout=300)
@@ -109,14 +110,18 @@ class Output:
 
 
 def test_a_cut_host_is_rebuilt_and_sigint_then_keeps_the_run(cluster, tmp_path):
-    """The suite's host cut: env1's link cut mid-run, its env worker is rebuilt on env0 and the
-    run goes on; then Ctrl-C (SIGINT) to the driver ends it as the local trainer's does: exit
-    130, the iteration checkpointed, and a last line with the command that continues."""
+    """The suite's host cut: the env workers start one per worker host, the learner and rollout
+    on the head; env1's link cut mid-run, its env worker is rebuilt on env0 and the run goes on;
+    then Ctrl-C (SIGINT) to the driver ends it as the local trainer's does: exit 130, the
+    iteration checkpointed, and a last line with the command that continues."""
     run = tmp_path / "run"
     proc = train_on_head(cluster, run, "train.total_steps=1000000", "train.save_every=1000")
     out = Output(proc)
     try:
         out.wait_for("roles:", 120)
+        roles = next(line for line in out.lines if line.startswith("roles:")).strip()
+        assert sorted(hosts_of(roles, "env")) == sorted(cluster.ips.values()), roles  # one per worker host
+        assert hosts_of(roles, "learner") == hosts_of(roles, "rollout") == [cluster.head_ip], roles
         cluster.cut("env1")
         out.wait_for("lost: rebuilt", 90)
         time.sleep(2)  # the run goes on with the rebuilt worker

@@ -62,6 +62,7 @@ def kill_and_wait(pid: int) -> None:
         time.sleep(0.01)
 
 
+@pytest.mark.scale  # `make bench-scale`; the suite rebuilds a lost env worker in test_distributed_hosts' host cut
 def test_killed_env_worker_is_restarted_and_its_episodes_dropped():
     """PPO's collector, then GRPO's over the same actors, each with an env worker killed with
     SIGKILL mid-rollout."""

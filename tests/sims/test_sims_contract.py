@@ -26,6 +26,10 @@ _needs_mw = pytest.mark.skipif(not metaworld_python().exists(), reason=".venv-me
 MW = pytest.param("metaworld:MT10", marks=_needs_mw)
 MW_ONE = pytest.param("metaworld:MT10/push-v3", marks=_needs_mw)
 BOTH = TASKS + MS_TASKS
+# ManiSkill's PushCube and its other tasks' shapes run in `make bench-scale` (each costs a ManiSkill
+# scene, 5-15 s on 2 cores); the suite keeps PickCube through every contract test
+_ms_scale = pytest.mark.scale
+BOTH_SUITE = TASKS + [pytest.param(t, marks=_ms_scale) if t == "ms:PushCube-v1" else t for t in MS_TASKS]
 # gymnasium's MuJoCo arms behind the contract (sims/gym, docs/gym.md): a single env run B times.
 GYM = ["gym:Reacher-v5", "gym:Pusher-v5"]
 ACTION_DIM = {"gym:Reacher-v5": 2, "gym:Pusher-v5": 7}
@@ -58,7 +62,9 @@ def test_tasks_registered():
                           "ComposeHeldOut"}
 
 
-@pytest.mark.parametrize("task", BOTH + ["ms:StackCube-v1", "ms:PullCube-v1", "ms:PegInsertionSide-v1", MW] + GYM)
+@pytest.mark.parametrize("task", BOTH_SUITE + [pytest.param(t, marks=_ms_scale) for t in
+                                               ("ms:StackCube-v1", "ms:PullCube-v1", "ms:PegInsertionSide-v1")]
+                         + [MW] + GYM)
 def test_state_obs_shapes(task):
     env = _make(task, 4)
     obs, info = env.reset(seed=0)
@@ -110,7 +116,7 @@ def test_rgb_shows_per_env_colours():
     env.close()
 
 
-@pytest.mark.parametrize("task", BOTH + [MW] + GYM)
+@pytest.mark.parametrize("task", BOTH_SUITE + [MW] + GYM)
 def test_truncation_and_auto_reset(task):
     env = _make(task, 4, max_episode_steps=3)
     obs, _ = env.reset(seed=0)
@@ -136,7 +142,7 @@ def test_truncation_and_auto_reset(task):
     assert env.step(hold).truncated.all()
 
 
-@pytest.mark.parametrize("task", BOTH + [MW])
+@pytest.mark.parametrize("task", BOTH_SUITE + [MW])
 def test_success_terminates_and_final_obs(task):
     env = _make(task, 8)
     obs, _ = env.reset(seed=100)
@@ -166,7 +172,7 @@ def test_failure_terminates():
     assert r.final_obs["privileged"][1, 9].item() == pytest.approx(0.5, abs=0.01)
 
 
-@pytest.mark.parametrize("task", BOTH + [MW_ONE] + GYM)
+@pytest.mark.parametrize("task", BOTH_SUITE + [MW_ONE] + GYM)
 def test_seeding(task):
     a = _make(task, 4)
     obs_a, _ = a.reset(seed=[7, 3, 7, 9])
@@ -182,7 +188,7 @@ def test_seeding(task):
     assert torch.equal(obs_c["privileged"][0], pa[0])  # untouched rows keep their state
 
 
-@pytest.mark.parametrize("task", BOTH + [MW] + GYM)
+@pytest.mark.parametrize("task", BOTH_SUITE + [MW] + GYM)
 def test_determinism(task):
     envs = [_make(task, 6, max_episode_steps=4) for _ in range(2)]
     obs = [e.reset(seed=11)[0] for e in envs]
@@ -201,7 +207,7 @@ def test_thread_count_does_not_change_results():
     _assert_obs_equal(*obs)
 
 
-@pytest.mark.parametrize("task", ["PushCube", "PickCube", "ms:PushCube-v1", MW] + GYM)
+@pytest.mark.parametrize("task", ["PushCube", "PickCube", pytest.param("ms:PushCube-v1", marks=_ms_scale), MW] + GYM)
 def test_chunk_step(task):
     env = _make(task, 3, max_episode_steps=3)
     A = env.spec.action_dim
