@@ -33,7 +33,7 @@ def flatten_state(obj: Any, tensors: dict[str, torch.Tensor], prefix: str = "") 
         tensors[prefix] = obj.detach().cpu().contiguous()
         return {"__tensor__": prefix}
     if isinstance(obj, np.ndarray):
-        tensors[prefix] = torch.from_numpy(np.ascontiguousarray(obj)).clone()
+        tensors[prefix] = torch.from_numpy(np.array(obj, order="C", copy=True))  # a writable copy (a read-only array warns)
         return {"__ndarray__": prefix}
     if isinstance(obj, dict):
         if not all(isinstance(k, (str, int)) for k in obj):
