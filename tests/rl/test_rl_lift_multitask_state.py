@@ -1,4 +1,4 @@
-"""Learning: one state MLP lifted by PPO on two tasks in one batch (the suite's multi-task lift).
+"""Learning: one state MLP lifted by PPO on two tasks in one batch, from a behaviour-cloning start.
 
 configs/lift/lift_multi_ppo_state.yaml with seed 0: 32 successful demos of the expert at 0.5x speed
 on `multi:ReachPoint+Reach` (ReachPoint: a fixed point within 12 steps, which the slow
@@ -21,8 +21,11 @@ plus this file and its config), start -> end per seed 0-4:
               lifts +0.12, +0.22, +0.44, +0.12, +0.19 (worst +0.12)
 Thresholds: +0.19 both, +0.31 ReachPoint, +0.06 Reach (2 of its 32 episodes). The same run with
 `--set rl.ppo.lr=0.0` ends where it starts (0.23 -> 0.23, each task +0.00) and fails all three.
-About 8 s of one core's CPU time (demos 1 s, BC 2 s, PPO and the two evaluations 5 s); 19 s of
-wall time at load average 13-14 (docs/results/learning_tests.md).
+
+Not in `make test` yet: seeds 5-9 of the same recipe lifted +0.58, -0.02, +0.48, -0.28, +0.45;
+on seeds 6 and 8 ReachPoint fell to 0.00 (the sampling policy's successes vanish there), so on
+another CPU, whose arithmetic draws another trajectory, seed 0 could fail. 11.8 s of CPU time
+for the call (19-31 s of wall time at load average 10-14; docs/results/learning_tests.md).
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ def state_lift(seed: int, run_dir: Path, overrides: list[str] = (), config: Path
     collect_demos(collect.task, collect.episodes, data, seed=100_000 * (seed + 1), obs_mode="state",
                   expert_speed=collect.expert_speed, progress=False)
     obs, actions, _ = load_pairs(data, "privileged")  # [N, 15], [N, 4]
+    raw["rl"].setdefault("policy", {})["init_from"] = str(run_dir / "bc")  # written below
     rl = config_from_dict(raw["rl"])
     threads = torch.get_num_threads()
     torch.set_num_threads(rl.train.torch_threads or threads)  # as RL will: one thread beside the physics
@@ -74,7 +78,7 @@ def state_lift(seed: int, run_dir: Path, overrides: list[str] = (), config: Path
     policy.record = {"task": collect.task, "obs_mode": "state", "obs_keys": ["privileged"],
                      "action_dim": int(policy.config.action_dim)}
     policy.save_pretrained(run_dir / "bc")
-    rl.policy.init_from, rl.train.run_dir, rl.train.seed = str(run_dir / "bc"), str(run_dir / "rl"), seed
+    rl.train.run_dir, rl.train.seed = str(run_dir / "rl"), seed
     summary = train(rl)
     (_, start), (_, end) = summary["eval_per_task"][0], summary["eval_per_task"][-1]
     out = {"before": summary["success_before"], "after": summary["eval_curve"][-1][1],
@@ -86,6 +90,7 @@ def state_lift(seed: int, run_dir: Path, overrides: list[str] = (), config: Path
 
 
 @pytest.mark.slow
+@pytest.mark.scale  # 2 of 10 seeds collapse on ReachPoint (docstring): `make bench-scale`, not `make test`
 def test_ppo_lifts_one_state_policy_on_two_tasks_at_once(tmp_path):
     out = state_lift(0, tmp_path)
     per = out["per_task"]
