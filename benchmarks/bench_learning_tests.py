@@ -11,8 +11,8 @@ mean and best. A test's threshold sits below the worst of at least 5 seeds.
 reach_color is tests/imitation/test_vla_learning.py's SFT from pixels (its --set takes demos= and steps=);
 it prints the test's scores per seed and their worst.
 
-lift_multi_ppo_state is tests/rl/test_rl_lift_multitask_state.py's state MLP on two tasks (demos,
-behaviour cloning and PPO; its --set takes the config's collect./bc./rl. keys); it prints each
+lift_multi_grpo_state is tests/rl/test_rl_lift_multitask_state.py's state MLP on two tasks (demos,
+behaviour cloning and GRPO; its --set takes the config's collect./bc./rl. keys); it prints each
 task's lift per seed too.
 
 Writes <out>/<name>.json (one entry per seed).
@@ -69,7 +69,7 @@ def multi_state(seeds: str, overrides: list[str], out: Path) -> None:
     """tests/rl/test_rl_lift_multitask_state.py's run once per seed; the lift over both tasks and per task."""
     sys.path.insert(0, str(ROOT / "tests" / "rl"))
     from test_rl_lift_multitask_state import state_lift
-    name, runs = "lift_multi_ppo_state", {}
+    name, runs = "lift_multi_grpo_state", {}
     for seed in map(int, seeds.split(",")):
         t0 = time.time()
         r = state_lift(seed, out / f"{name}_s{seed}", overrides)
@@ -106,7 +106,7 @@ def main() -> None:
     if args.name == "reach_color":
         reach_color(args.seeds, args.set, out)
         return
-    if args.name == "lift_multi_ppo_state":
+    if args.name == "lift_multi_grpo_state":
         torch.set_num_threads(1)
         multi_state(args.seeds, args.set, out)
         return

@@ -1,31 +1,31 @@
-"""Learning: one state MLP lifted by PPO on two tasks in one batch, from a behaviour-cloning start.
+"""Learning: one state MLP lifted by GRPO on two tasks in one batch (the suite's multi-task lift).
 
-configs/lift/lift_multi_ppo_state.yaml with seed 0: 32 successful demos of the expert at 0.5x speed
+configs/lift/lift_multi_grpo_state.yaml with seed 0: 32 successful demos of the expert at 0.5x speed
 on `multi:ReachPoint+Reach` (ReachPoint: a fixed point within 12 steps, which the slow
 demonstrator rarely reaches in time; Reach: a drawn goal within 50 steps), 2000 behaviour-cloning
 steps of a 64x64 MLP on the privileged state (which holds each row's goal and the goal minus the
 gripper's position), its observation normaliser kept at the demos' statistics, then 8192 env
-steps of PPO with the critic over both tasks in one run (16 envs per task). Asserts the success
-of the deterministic policy on 64 held-out seeds (32 per task) after the last update minus its
-success before the first: over both tasks, and on each task (neither given up for the other).
+steps of GRPO over both tasks in one run (16 envs per task, groups of 8 envs of one task, shaped
+returns). Asserts the success of the deterministic policy on 64 held-out seeds (32 per task)
+after the last update minus its success before the first: over both tasks, on ReachPoint, and
+that Reach is not given up.
 
-The thresholds sit at half the worst of 5 seeds of `python benchmarks/bench_learning_tests.py
-lift_multi_ppo_state --seeds S` (2026-11-28, the project's 2-core AMD EPYC machine at load
-average 13-14 beside other people's jobs, two runs at once, one torch thread each; commit 0da92a9
-plus this file and its config), start -> end per seed 0-4:
-  both        0.23 -> 0.61, 0.23 -> 0.69, 0.12 -> 0.75, 0.20 -> 0.66, 0.20 -> 0.70
-              lifts +0.38, +0.45, +0.62, +0.45, +0.50 (worst +0.38, mean +0.48)
-  ReachPoint  0.28 -> 0.91, 0.28 -> 0.97, 0.19 -> 1.00, 0.22 -> 1.00, 0.19 -> 1.00
-              lifts +0.62, +0.69, +0.81, +0.78, +0.81 (worst +0.62)
-  Reach       0.19 -> 0.31, 0.19 -> 0.41, 0.06 -> 0.50, 0.19 -> 0.31, 0.22 -> 0.41
-              lifts +0.12, +0.22, +0.44, +0.12, +0.19 (worst +0.12)
-Thresholds: +0.19 both, +0.31 ReachPoint, +0.06 Reach (2 of its 32 episodes). The same run with
-`--set rl.ppo.lr=0.0` ends where it starts (0.23 -> 0.23, each task +0.00) and fails all three.
-
-Not in `make test` yet: seeds 5-9 of the same recipe lifted +0.58, -0.02, +0.48, -0.28, +0.45;
-on seeds 6 and 8 ReachPoint fell to 0.00 (the sampling policy's successes vanish there), so on
-another CPU, whose arithmetic draws another trajectory, seed 0 could fail. 11.8 s of CPU time
-for the call (19-31 s of wall time at load average 10-14; docs/results/learning_tests.md).
+The thresholds sit below the worst of 10 seeds of `python benchmarks/bench_learning_tests.py
+lift_multi_grpo_state --seeds S` (2026-11-28, the project's 2-core AMD EPYC machine at load
+average 10-14 beside other people's jobs, 3-4 runs at once, one torch thread each; commit 2a46008
+with `--set rl.train.algorithm=grpo rl.grpo.group_size=8 rl.grpo.reward=return
+rl.grpo.filter_groups=false`, the settings this config now holds), start -> end per seed 0-9:
+  both        0.23 -> 0.62, 0.23 -> 0.70, 0.12 -> 0.30, 0.20 -> 0.61, 0.20 -> 0.53,
+              0.22 -> 0.56, 0.17 -> 0.61, 0.23 -> 0.61, 0.31 -> 0.73, 0.27 -> 0.64
+              lifts +0.39, +0.47, +0.17, +0.41, +0.33, +0.34, +0.44, +0.38, +0.42, +0.38 (worst +0.17)
+  ReachPoint  lifts +0.69, +0.62, +0.22, +0.75, +0.62, +0.66, +0.75, +0.56, +0.66, +0.78 (worst +0.22)
+  Reach       lifts +0.09, +0.31, +0.12, +0.06, +0.03, +0.03, +0.12, +0.19, +0.19, -0.03 (worst -0.03)
+Thresholds: both >= +0.08 and ReachPoint >= +0.11 (half the worst); Reach may lose at most 0.12
+(4 of its 32 episodes, four times the worst loss). The same run with `--set rl.ppo.lr=0.0` ends
+where it starts (0.23 -> 0.23, each task +0.00) and fails. PPO with the critic on the same start
+collapsed on ReachPoint on seeds 6 and 8 (docs/results/learning_tests.md). Cost: 9.1 s of CPU time
+and 9.8 s of wall time in one process after the first imports (load average 3.7); the pytest call
+15.8 s at load average 4-6.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from embodied.imitation.bc import behaviour_clone, load_pairs
 from embodied.pipeline import CollectStage
 from embodied.rl.train import train
 
-CONFIG = Path(__file__).resolve().parents[2] / "configs" / "lift" / "lift_multi_ppo_state.yaml"
+CONFIG = Path(__file__).resolve().parents[2] / "configs" / "lift" / "lift_multi_grpo_state.yaml"
 
 
 @dataclass
@@ -84,18 +84,17 @@ def state_lift(seed: int, run_dir: Path, overrides: list[str] = (), config: Path
     out = {"before": summary["success_before"], "after": summary["eval_curve"][-1][1],
            "per_task": {t: {"before": start[t], "after": end[t], "lift": end[t] - start[t]} for t in start}}
     out["lift"] = out["after"] - out["before"]
-    print(f"lift_multi_ppo_state seed {seed}: {out['before']:.2f} -> {out['after']:.2f} (lift {out['lift']:+.2f}); "
+    print(f"lift_multi_grpo_state seed {seed}: {out['before']:.2f} -> {out['after']:.2f} (lift {out['lift']:+.2f}); "
           + ", ".join(f"{t} {r['before']:.2f} -> {r['after']:.2f}" for t, r in out["per_task"].items()))
     return out
 
 
 @pytest.mark.slow
-@pytest.mark.scale  # 2 of 10 seeds collapse on ReachPoint (docstring): `make bench-scale`, not `make test`
-def test_ppo_lifts_one_state_policy_on_two_tasks_at_once(tmp_path):
+def test_grpo_lifts_one_state_policy_on_two_tasks_at_once(tmp_path):
     out = state_lift(0, tmp_path)
     per = out["per_task"]
     assert set(per) == {"ReachPoint", "Reach"}, out
     assert out["before"] < 0.5, out  # a weak start: room to improve
-    assert out["lift"] >= 0.19, out
-    assert per["ReachPoint"]["lift"] >= 0.31, per
-    assert per["Reach"]["lift"] >= 0.06, per
+    assert out["lift"] >= 0.08, out
+    assert per["ReachPoint"]["lift"] >= 0.11, per
+    assert per["Reach"]["lift"] >= -0.12, per
