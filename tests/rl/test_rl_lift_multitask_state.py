@@ -37,7 +37,7 @@ import pytest
 import torch
 
 from embodied.config import config_from_dict
-from embodied.config_loader import from_dict, load_mapping
+from embodied.config_loader import ConfigError, from_dict, load_mapping
 from embodied.data.collect import collect_demos
 from embodied.imitation.bc import behaviour_clone, load_pairs
 from embodied.pipeline import CollectStage
@@ -56,12 +56,20 @@ class BCStage:
     norm_count: float | None = None  # the observation normaliser's count (bc.py): 1e12 keeps the demos' statistics
 
 
+def load_state_lift(config: Path = CONFIG, overrides: list[str] = ()) -> tuple[dict, CollectStage, BCStage]:
+    """The config's sections, each checked: (raw mapping, collect, bc); rl is checked by
+    config_from_dict. Any other section is refused in one line."""
+    raw = load_mapping(config, list(overrides), example="rl.train.total_steps=8192")
+    unknown = sorted(set(raw) - {"collect", "bc", "rl"})
+    if unknown:
+        raise ConfigError(f"unknown section '{unknown[0]}'; allowed: collect, bc, rl")
+    return raw, from_dict(CollectStage, raw["collect"], "collect."), from_dict(BCStage, raw["bc"], "bc.")
+
+
 def state_lift(seed: int, run_dir: Path, overrides: list[str] = (), config: Path = CONFIG) -> dict:
     """Demos, BC and PPO of `config` (collect / bc / rl sections), all seeded by `seed`:
     {"before", "after", "lift", "per_task": {task: {"before", "after", "lift"}}}."""
-    raw = load_mapping(config, list(overrides), example="rl.train.total_steps=8192")
-    collect = from_dict(CollectStage, raw["collect"], "collect.")
-    bc = from_dict(BCStage, raw["bc"], "bc.")
+    raw, collect, bc = load_state_lift(config, overrides)
     data = run_dir / "data"
     collect_demos(collect.task, collect.episodes, data, seed=100_000 * (seed + 1), obs_mode="state",
                   expert_speed=collect.expert_speed, progress=False)

@@ -331,6 +331,12 @@ def test_every_shipped_config_loads():
             from embodied.robot_rl.config import load_finetune_config
 
             load_finetune_config(path)
+        elif path.name == "lift_multi_grpo_state.yaml":  # collect, bc (behaviour cloning), rl
+            from test_rl_lift_multitask_state import load_state_lift
+
+            from embodied.config import config_from_dict
+
+            config_from_dict(load_state_lift(path)[0]["rl"])
         elif path.parent.name in ("pipeline", "lift"):
             run_dir, collect, sft, rl = load_pipeline(path)
             assert rl.policy.init_from == str(run_dir / "sft" / "final") and sft.dataset == str(run_dir / "data")
