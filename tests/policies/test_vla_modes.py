@@ -14,15 +14,7 @@ from policies.vla.autoregressive import ARVLA
 from policies.vla.config import ARVLAConfig, FlowVLAConfig
 from policies.vla.flow import FlowVLA
 from policies.vla.modes import ModeError, apply_modes, shared_reference
-
-INSTR = ["move the gripper to the target", "push the red cube onto the green square"]
-
-
-def _obs(B: int = 4, seed: int = 0) -> dict:
-    g = torch.Generator().manual_seed(seed)
-    return {"state": torch.randn(B, 9, generator=g),
-            "rgb_front": torch.randint(0, 256, (B, 64, 64, 3), generator=g, dtype=torch.uint8),
-            "instruction": [INSTR[i % 2] for i in range(B)]}
+from vla_batch import vla_obs as _obs
 
 
 def _flow(**kw) -> FlowVLA:
