@@ -40,9 +40,9 @@ class PolicyConfig:
 
 
 @dataclass
-class MLPPolicyConfig(PolicyConfig):
-    name: Literal["mlp"] = "mlp"
-    obs_key: Literal["state", "privileged"] = "privileged"
+class GaussianPolicyConfig(PolicyConfig):
+    """What the MLP and the CNN share: Gaussian actor-critics built fresh."""
+
     hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
     activation: Literal["tanh", "elu", "relu"] = "tanh"
     init_log_std: float = -0.5
@@ -50,12 +50,14 @@ class MLPPolicyConfig(PolicyConfig):
 
 
 @dataclass
-class CNNPolicyConfig(PolicyConfig):
+class MLPPolicyConfig(GaussianPolicyConfig):
+    name: Literal["mlp"] = "mlp"
+    obs_key: Literal["state", "privileged"] = "privileged"
+
+
+@dataclass
+class CNNPolicyConfig(GaussianPolicyConfig):
     name: Literal["cnn"] = "cnn"
-    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
-    activation: Literal["tanh", "elu", "relu"] = "tanh"
-    init_log_std: float = -0.5
-    normalize_obs: bool = True
 
 
 @dataclass

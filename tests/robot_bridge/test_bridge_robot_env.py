@@ -80,12 +80,16 @@ class FakeRobot:
                 last_reset = r.seq
                 self.done_pub.publish(rt.scalar("std_msgs/msg/Int64", r.msg.data))
                 self.publish()
+                self.after_reset()
             elif not self.stream_hz:
                 with self._moved_lock:
                     moved, self.moved = self.moved, False
                 self.publish(new_state=moved)
             elif self.streaming.is_set():
                 self.publish()
+
+    def after_reset(self) -> None:
+        """What the driver does once a reset's state is out (subclasses: late topics)."""
 
     def close(self) -> None:
         self.stop.set()
@@ -284,20 +288,14 @@ class LateTopicsRobot(FakeRobot):
         self.img.publish(rt.image(np.full((8, 8, 3), 10 * e, np.uint8), frame_id="front", t=1000.0 + e))
         self.instr.publish(rt.scalar("std_msgs/msg/String", f"episode {e}"))
 
-    def _loop(self) -> None:
-        last_reset = 0
-        while not self.stop.is_set():
-            self.wake.wait(0.05)
-            self.wake.clear()
-            r = self.reset_sub.latest()
-            if r is not None and r.seq > last_reset:
-                last_reset = r.seq
-                self.done_pub.publish(rt.scalar("std_msgs/msg/Int64", r.msg.data))
-                self.publish()
-                time.sleep(0.3)
-                self.episode += 1
-            if hasattr(self, "priv"):
-                self.publish_others()
+    def publish(self, new_state: bool = True) -> None:
+        super().publish(new_state)
+        if not new_state and hasattr(self, "priv"):  # the other topics beat with the joint state's heartbeat
+            self.publish_others()
+
+    def after_reset(self) -> None:
+        time.sleep(0.3)
+        self.episode += 1
 
 
 def test_the_first_observation_after_a_reset_has_no_topic_from_the_episode_before(dds_env):
